@@ -1,0 +1,34 @@
+import type { ReportRequest, ReportResponse } from '../gen/spillway/v1/control_pb.js';
+
+/**
+ * The one seam between tiers of the global rate limiter. Every tier sends the same `Report`
+ * (usage up, directives down); implementations are the in-memory network (tests, the fleet
+ * simulator, in virtual time) and gRPC over HTTP/2 (real processes).
+ *
+ * Contract: `report()` settles within `timeoutMs` (rejecting with a SpillwayError of code
+ * ERR_SPILLWAY_STORE_TIMEOUT or ERR_SPILLWAY_STORE_UNAVAILABLE), never hangs, and never throws
+ * synchronously. Callers may have at most one report in flight per client.
+ */
+export interface ControlClient {
+  /** Where this client sends (an address such as `127.0.0.1:7070` or an in-memory name). */
+  readonly target: string;
+  report(request: ReportRequest, options: { timeoutMs: number }): Promise<ReportResponse>;
+  close(): void;
+}
+
+/** What a receiving tier (aggregator, controller) implements. Throwing a SpillwayError refuses the report. */
+export type ReportHandler = (
+  request: ReportRequest,
+  context: ReportContext,
+) => Promise<ReportResponse> | ReportResponse;
+
+export interface ReportContext {
+  /** The sender's address as the transport sees it. */
+  peer: string;
+}
+
+export interface ControlServer {
+  /** The address clients connect to (with the real port when listening on port 0). */
+  readonly address: string;
+  close(): Promise<void>;
+}
