@@ -1,0 +1,36 @@
+import { loadLuaScript } from './lua-script.js';
+import { redisKey } from './redis-key.js';
+import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
+import { assertWindowOptions } from './redis-window-options.js';
+
+export const fixedWindowScript = loadLuaScript('fixed-window');
+
+export interface RedisFixedWindowOptions extends RedisLimiterCommonOptions {
+  /** Cost admitted per window. */
+  limit: number;
+  /** Window length; windows are aligned to epoch multiples of it on the Redis clock. */
+  windowMs: number;
+}
+
+/**
+ * Fixed window: one counter per key per window, in one hash with its window start.
+ *
+ * Pro: one small key, O(1), cheapest of the four; `resetAtMs` is the same for every caller.
+ * Con: up to 2 x limit can pass in a span much shorter than a window: a full window's worth just
+ * before a boundary and another just after it.
+ *
+ * Example: limit 100, windowMs 60_000. 100 calls at 12:00:59.9 are admitted; the 101st at
+ * 12:00:59.95 is rejected with retryAfterMs 50; 100 more at 12:01:00.0 are admitted again.
+ */
+export function createRedisFixedWindow(o: RedisFixedWindowOptions): RedisLimiter {
+  assertWindowOptions(o?.limit, o?.windowMs);
+  const { limit, windowMs } = o;
+  return createRedisLimiter(o, {
+    name: 'fixed-window',
+    script: fixedWindowScript,
+    limit,
+    integerCost: true,
+    keys: (prefix, key) => [redisKey(prefix, key, 'fw')],
+    args: (cost) => [limit, windowMs, cost],
+  });
+}

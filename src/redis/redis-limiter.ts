@@ -1,0 +1,293 @@
+import { type Cancellable, type Scheduler, systemScheduler } from '../core/clock.js';
+import type { AsyncLimiter, Decision, StoreFault, SyncLimiter } from '../core/decision.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertCost, assertKey, DEFAULT_MAX_KEY_LENGTH } from '../core/validate.js';
+import { type LuaScript, runLuaScript } from './lua-script.js';
+import type { RedisScriptClient } from './redis-script-client.js';
+
+/** What a Redis limiter decides when Redis does not answer in time or answers with an error. */
+export type FailPolicy = 'open' | 'closed';
+
+export interface RedisLimiterCommonOptions {
+  redis: RedisScriptClient;
+  /** Key prefix, default `spillway`. Use one prefix per limit definition: same prefix + key = same state. */
+  prefix?: string;
+  /** Upper bound on one call, default 100 ms; past it the fault policy decides. Enforced here, whatever the client's own timeouts. */
+  timeoutMs?: number;
+  /** Default `open`: a broken Redis admits traffic (logged and counted) rather than failing every request. */
+  failPolicy?: FailPolicy;
+  /** A local limiter that decides while Redis is unreachable, instead of the fail policy. */
+  insurance?: SyncLimiter;
+  /** pino-compatible. Faults are logged at most once per 10 s per limiter, with a count of those suppressed. */
+  logger?: { warn(obj: object, msg: string): void };
+  /** Longest accepted key, default DEFAULT_MAX_KEY_LENGTH. */
+  maxKeyLength?: number;
+  /** Timers and clock for the per-call timeout and log throttling. Never used for limiting decisions. */
+  scheduler?: Scheduler;
+}
+
+/** Counters since construction. `calls` counts calls that passed validation. */
+export interface RedisLimiterStats {
+  readonly calls: number;
+  readonly timeouts: number;
+  readonly errors: number;
+  readonly failOpen: number;
+  readonly failClosed: number;
+  readonly insurance: number;
+  readonly noscriptReloads: number;
+}
+
+export interface RedisLimiter extends AsyncLimiter {
+  /**
+   * Decide one call of `cost` (default 1) for `key`. Throws only on invalid input (before any Redis
+   * command); a Redis fault resolves with the fail policy's or insurance limiter's decision.
+   */
+  limit(key: string, cost?: number): Promise<Decision>;
+  readonly stats: RedisLimiterStats;
+}
+
+/** retryAfterMs of a fail-closed decision: long enough not to hammer a struggling Redis. */
+export const FAIL_CLOSED_RETRY_AFTER_MS = 1000;
+const LOG_INTERVAL_MS = 10_000;
+const DEFAULT_TIMEOUT_MS = 100;
+
+/** What differs between the algorithms; the call path around the script is shared. */
+export interface RedisAlgorithm {
+  /** `fixed-window`, `sliding-log`...: used in logs. */
+  name: string;
+  script: LuaScript;
+  /** The decision's `limit` (window limit or bucket capacity); also the largest cost accepted. */
+  limit: number;
+  /** Window counters count whole requests; the token bucket accepts fractional cost. */
+  integerCost: boolean;
+  /** Every Redis key the script touches for `key`, built with redisKey() so they share a hash tag. */
+  keys(prefix: string, key: string): string[];
+  /** ARGV: configuration and cost only, never a time (the script reads Redis TIME). */
+  args(cost: number): (string | number)[];
+}
+
+interface ResolvedCommon {
+  redis: RedisScriptClient;
+  prefix: string;
+  timeoutMs: number;
+  failPolicy: FailPolicy;
+  insurance: SyncLimiter | undefined;
+  logger: { warn(obj: object, msg: string): void } | undefined;
+  maxKeyLength: number;
+  scheduler: Scheduler;
+}
+
+function invalidOption(field: string, message: string): SpillwayError {
+  return new SpillwayError(ErrorCode.InvalidOption, message, { field });
+}
+
+/** Checks the options shared by every Redis limiter; runs at construction, before any Redis command. */
+export function resolveCommonOptions(o: RedisLimiterCommonOptions): ResolvedCommon {
+  if (typeof o !== 'object' || o === null) throw invalidOption('options', 'options must be an object');
+  const redis = o.redis;
+  if (
+    typeof redis !== 'object' ||
+    redis === null ||
+    typeof redis.evalsha !== 'function' ||
+    typeof redis.eval !== 'function'
+  ) {
+    throw invalidOption('redis', 'redis must be a RedisScriptClient (wrap ioredis with ioredisAdapter())');
+  }
+  const prefix = o.prefix ?? 'spillway';
+  if (typeof prefix !== 'string' || prefix.length === 0 || /[{}]/.test(prefix)) {
+    throw invalidOption(
+      'prefix',
+      'prefix must be a non-empty string without { or } (they would move the hash tag)',
+    );
+  }
+  const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
+  if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
+    throw invalidOption('timeoutMs', `timeoutMs must be a positive finite number, got ${String(timeoutMs)}`);
+  }
+  const failPolicy = o.failPolicy ?? 'open';
+  if (failPolicy !== 'open' && failPolicy !== 'closed') {
+    throw invalidOption('failPolicy', `failPolicy must be 'open' or 'closed', got ${String(failPolicy)}`);
+  }
+  if (o.insurance !== undefined && typeof o.insurance?.limit !== 'function') {
+    throw invalidOption('insurance', 'insurance must be a synchronous limiter with limit(key, cost)');
+  }
+  if (o.logger !== undefined && typeof o.logger?.warn !== 'function') {
+    throw invalidOption('logger', 'logger must have warn(obj, msg)');
+  }
+  const maxKeyLength = o.maxKeyLength ?? DEFAULT_MAX_KEY_LENGTH;
+  if (typeof maxKeyLength !== 'number' || !Number.isSafeInteger(maxKeyLength) || maxKeyLength <= 0) {
+    throw invalidOption(
+      'maxKeyLength',
+      `maxKeyLength must be a positive integer, got ${String(maxKeyLength)}`,
+    );
+  }
+  return {
+    redis,
+    prefix,
+    timeoutMs,
+    failPolicy,
+    insurance: o.insurance,
+    logger: o.logger,
+    maxKeyLength,
+    scheduler: o.scheduler ?? systemScheduler,
+  };
+}
+
+type Outcome = { kind: 'reply'; reply: unknown } | { kind: 'error'; error: unknown } | { kind: 'timeout' };
+
+/**
+ * The call path every Redis limiter shares: validate, run the script with EVALSHA/EVAL under a
+ * timeout, parse the reply, and on a fault decide by insurance or policy (counted and logged).
+ */
+export function createRedisLimiter(
+  options: RedisLimiterCommonOptions,
+  algorithm: RedisAlgorithm,
+): RedisLimiter {
+  const common = resolveCommonOptions(options);
+  const { redis, prefix, timeoutMs, failPolicy, insurance, logger, maxKeyLength, scheduler } = common;
+  const stats = {
+    calls: 0,
+    timeouts: 0,
+    errors: 0,
+    failOpen: 0,
+    failClosed: 0,
+    insurance: 0,
+    noscriptReloads: 0,
+  };
+  const onReload = () => {
+    stats.noscriptReloads++;
+  };
+  let lastLogMs = Number.NEGATIVE_INFINITY;
+  let suppressedLogs = 0;
+
+  function logFault(fault: StoreFault, error: unknown, decidedBy: string): void {
+    if (!logger) return;
+    const nowMs = scheduler.nowMs();
+    if (nowMs - lastLogMs < LOG_INTERVAL_MS) {
+      suppressedLogs++;
+      return;
+    }
+    const suppressed = suppressedLogs;
+    lastLogMs = nowMs;
+    suppressedLogs = 0;
+    try {
+      logger.warn(
+        {
+          limiter: algorithm.name,
+          prefix,
+          storeFault: fault,
+          decidedBy,
+          timeoutMs,
+          err: error instanceof Error ? error.message : error === undefined ? undefined : String(error),
+          suppressed,
+          stats: { ...stats },
+        },
+        `spillway: Redis ${algorithm.name} limiter store ${fault === 'timeout' ? 'timed out' : 'failed'}; decided by ${decidedBy}`,
+      );
+    } catch {
+      // A broken logger must not turn a store fault into a thrown limit() call.
+    }
+  }
+
+  function faultDecision(key: string, cost: number, fault: StoreFault, error: unknown): Decision {
+    if (fault === 'timeout') stats.timeouts++;
+    else stats.errors++;
+    if (insurance) {
+      try {
+        const decision = insurance.limit(key, cost);
+        stats.insurance++;
+        logFault(fault, error, 'insurance');
+        return { ...decision, reason: 'insurance', storeFault: fault };
+      } catch (insuranceError) {
+        // e.g. a cost the (smaller) insurance limit rejects as invalid: fall back to the policy.
+        logFault(fault, insuranceError, `fail-${failPolicy} (insurance threw)`);
+      }
+    } else {
+      logFault(fault, error, `fail-${failPolicy}`);
+    }
+    const nowMs = Math.floor(scheduler.nowMs());
+    if (failPolicy === 'open') {
+      stats.failOpen++;
+      return {
+        allowed: true,
+        limit: algorithm.limit,
+        remaining: 0,
+        resetAtMs: nowMs,
+        retryAfterMs: 0,
+        reason: 'fail-open',
+        storeFault: fault,
+      };
+    }
+    stats.failClosed++;
+    return {
+      allowed: false,
+      limit: algorithm.limit,
+      remaining: 0,
+      resetAtMs: nowMs + FAIL_CLOSED_RETRY_AFTER_MS,
+      retryAfterMs: FAIL_CLOSED_RETRY_AFTER_MS,
+      reason: 'fail-closed',
+      storeFault: fault,
+    };
+  }
+
+  async function limit(key: string, cost = 1): Promise<Decision> {
+    assertKey(key, maxKeyLength);
+    assertCost(cost, algorithm.limit);
+    if (algorithm.integerCost && !Number.isInteger(cost)) {
+      throw new SpillwayError(
+        ErrorCode.InvalidCost,
+        `cost must be a whole number for a ${algorithm.name} limiter, got ${cost}`,
+        { field: 'cost' },
+      );
+    }
+    stats.calls++;
+    const call = runLuaScript(
+      redis,
+      algorithm.script,
+      algorithm.keys(prefix, key),
+      algorithm.args(cost),
+      onReload,
+    );
+    let timer: Cancellable | undefined;
+    // Never rejects: whichever of reply, error and timeout comes first settles it, and a reply or
+    // error arriving after the timeout lands on the settled promise and is dropped (the handler
+    // attached here also keeps a late rejection from being reported as unhandled).
+    const outcome = await new Promise<Outcome>((resolve) => {
+      timer = scheduler.setTimeout(() => resolve({ kind: 'timeout' }), timeoutMs);
+      call.then(
+        (reply) => resolve({ kind: 'reply', reply }),
+        (error: unknown) => resolve({ kind: 'error', error }),
+      );
+    });
+    timer?.cancel();
+    if (outcome.kind === 'timeout') return faultDecision(key, cost, 'timeout', undefined);
+    if (outcome.kind === 'error') return faultDecision(key, cost, 'error', outcome.error);
+    const decision = parseReply(outcome.reply, algorithm.limit);
+    if (!decision)
+      return faultDecision(key, cost, 'error', new Error(`unexpected script reply ${String(outcome.reply)}`));
+    return decision;
+  }
+
+  return { limit, stats };
+}
+
+/** Scripts reply `{allowed, remaining, reset_at_ms, retry_after_ms}` as integers or decimal strings. */
+function parseReply(reply: unknown, limit: number): Decision | undefined {
+  if (!Array.isArray(reply) || reply.length !== 4) return undefined;
+  const [allowed, remaining, resetAtMs, retryAfterMs] = reply.map((value) => Number(value));
+  if (
+    !Number.isFinite(allowed) ||
+    !Number.isFinite(remaining) ||
+    !Number.isFinite(resetAtMs) ||
+    !Number.isFinite(retryAfterMs)
+  ) {
+    return undefined;
+  }
+  return {
+    allowed: allowed === 1,
+    limit,
+    remaining: Math.max(0, remaining as number),
+    resetAtMs: resetAtMs as number,
+    retryAfterMs: Math.max(0, retryAfterMs as number),
+  };
+}

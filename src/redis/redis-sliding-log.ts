@@ -1,0 +1,36 @@
+import { loadLuaScript } from './lua-script.js';
+import { redisKey } from './redis-key.js';
+import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
+import { assertWindowOptions } from './redis-window-options.js';
+
+export const slidingLogScript = loadLuaScript('sliding-log');
+
+export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
+  /** Cost admitted in any span of `windowMs`. */
+  limit: number;
+  windowMs: number;
+}
+
+/**
+ * Sliding window log: a sorted set with one member per admitted cost unit, scored by Redis time
+ * in microseconds; every member is unique (time + per-key sequence).
+ *
+ * Pro: exact: at most `limit` in any span of `windowMs`, no boundary burst; exact retryAfterMs.
+ * Con: memory and work grow with the limit (one member per admitted unit, O(log n) per add), so
+ * it suits limits in the hundreds or low thousands per window, not millions.
+ *
+ * Example: limit 3, windowMs 1000. Calls at t=0, 100, 200 ms are admitted; at t=500 the call is
+ * rejected with retryAfterMs 500 (the t=0 entry leaves the window at t=1000); at t=1000 it passes.
+ */
+export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
+  assertWindowOptions(o?.limit, o?.windowMs);
+  const { limit, windowMs } = o;
+  return createRedisLimiter(o, {
+    name: 'sliding-log',
+    script: slidingLogScript,
+    limit,
+    integerCost: true,
+    keys: (prefix, key) => [redisKey(prefix, key, 'sl'), redisKey(prefix, key, 'sl:seq')],
+    args: (cost) => [limit, windowMs, cost],
+  });
+}

@@ -1,0 +1,39 @@
+import { assertPositiveFinite } from '../core/validate.js';
+import { loadLuaScript } from './lua-script.js';
+import { redisKey } from './redis-key.js';
+import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
+
+export const tokenBucketScript = loadLuaScript('token-bucket');
+
+export interface RedisTokenBucketOptions extends RedisLimiterCommonOptions {
+  /** Bucket size: the largest burst, and the decision's `limit`. */
+  capacity: number;
+  /** Tokens added per second, continuously (fractions of a token accumulate). */
+  refillPerSec: number;
+}
+
+/**
+ * Token bucket: tokens (possibly fractional) and the Redis time they were counted at, in one hash
+ * that expires when the bucket would be full again.
+ *
+ * Pro: O(1); allows bursts up to `capacity` and a steady `refillPerSec` after; fractional costs;
+ * the smoothest of the four (no window edges at all).
+ * Con: "N per window" is not what it enforces: over a span of T seconds up to
+ * capacity + refillPerSec * T pass, which users must size for.
+ *
+ * Example: capacity 10, refillPerSec 2. A burst of 10 passes; the 11th is rejected with
+ * retryAfterMs 500; 1.25 s later 2.5 tokens are back (remaining 2.5), so two calls pass.
+ */
+export function createRedisTokenBucket(o: RedisTokenBucketOptions): RedisLimiter {
+  assertPositiveFinite('capacity', o?.capacity);
+  assertPositiveFinite('refillPerSec', o?.refillPerSec);
+  const { capacity, refillPerSec } = o;
+  return createRedisLimiter(o, {
+    name: 'token-bucket',
+    script: tokenBucketScript,
+    limit: capacity,
+    integerCost: false,
+    keys: (prefix, key) => [redisKey(prefix, key, 'tb')],
+    args: (cost) => [capacity, refillPerSec, cost],
+  });
+}

@@ -1,0 +1,68 @@
+-- Sliding window counter: two fixed windows, the previous one weighted by how much of it the
+-- sliding window still overlaps.
+--
+-- KEYS[1]  hash `<prefix>:{<key>}:sc`; fields `w` = start of the current window (epoch ms),
+--          `c` = cost admitted in window w, `p` = cost admitted in window w - window_ms.
+-- ARGV[1]  limit: cost admitted per window (integer > 0).
+-- ARGV[2]  window_ms: window length in milliseconds (integer > 0).
+-- ARGV[3]  cost: cost of this call (integer >= 0; 0 peeks without writing).
+-- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms}, all integers.
+--
+-- estimate = previous * (window_ms - elapsed_ms) / window_ms + current. The comparison is done
+-- multiplied through by window_ms so it is exact integer arithmetic (doubles hold integers to
+-- 2^53). The error bound of this estimate is derived in docs/redis-limiters.md. The key lives
+-- until the end of the next window, after which its count no longer weighs on anything.
+local time = redis.call('TIME')
+local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local limit = tonumber(ARGV[1])
+local window_ms = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+
+local window_start = now_ms - (now_ms % window_ms)
+local elapsed = now_ms - window_start
+local overlap = window_ms - elapsed
+
+local stored = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
+local stored_start = tonumber(stored[1])
+local current, previous = 0, 0
+if stored_start == window_start then
+  current = tonumber(stored[2]) or 0
+  previous = tonumber(stored[3]) or 0
+elseif stored_start == window_start - window_ms then
+  previous = tonumber(stored[2]) or 0
+end
+
+local function remaining_after(counted)
+  local scaled = limit * window_ms - previous * overlap - counted * window_ms
+  if scaled <= 0 then return 0 end
+  return math.floor(scaled / window_ms)
+end
+
+local function reset_at(counted)
+  if counted > 0 then return window_start + 2 * window_ms end
+  if previous > 0 then return window_start + window_ms end
+  return now_ms
+end
+
+if previous * overlap + (current + cost) * window_ms > limit * window_ms then
+  local retry_ms
+  if current + cost <= limit then
+    -- Later in this window: the previous window's weight falls until the estimate has room.
+    local wait_until = window_ms - math.floor((limit - current - cost) * window_ms / previous)
+    retry_ms = wait_until - elapsed
+  else
+    -- Next window: this window's count becomes the weighted previous one.
+    local wait_until = window_ms - math.floor((limit - cost) * window_ms / current)
+    if wait_until < 0 then wait_until = 0 end
+    retry_ms = overlap + wait_until
+  end
+  if retry_ms < 1 then retry_ms = 1 end
+  return {0, remaining_after(current), reset_at(current), retry_ms}
+end
+
+if cost > 0 then
+  current = current + cost
+  redis.call('HSET', KEYS[1], 'w', window_start, 'c', current, 'p', previous)
+  redis.call('PEXPIRE', KEYS[1], window_start + 2 * window_ms - now_ms)
+end
+return {1, remaining_after(current), reset_at(current), 0}
