@@ -1,0 +1,168 @@
+import { timingSafeEqual } from 'node:crypto';
+import { fromBinary, toBinary } from '@bufbuild/protobuf';
+import {
+  Server,
+  type ServerCredentials,
+  ServerCredentials as ServerCredentialsFactory,
+  type ServerErrorResponse,
+  type ServerUnaryCall,
+  type sendUnaryData,
+  status,
+} from '@grpc/grpc-js';
+import { ErrorCode, isSpillwayError } from '../core/errors.js';
+import {
+  type ReportRequest,
+  ReportRequestSchema,
+  ReportResponseSchema,
+} from '../gen/spillway/v1/control_pb.js';
+import type { ControlServer, ReportHandler } from './control-transport.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, formatHostPort, reportServerMethod } from './grpc-control-service.js';
+
+export interface GrpcServerTlsOptions {
+  certPem: string | Buffer;
+  keyPem: string | Buffer;
+  /** PEM roots for client certificates; with `requireClientCert` this is mutual TLS. */
+  caPem?: string | Buffer;
+  requireClientCert?: boolean;
+}
+
+export interface GrpcControlServerOptions {
+  /** Interface to bind, default 127.0.0.1 (loopback: exposing the control plane is a deliberate choice). */
+  host?: string;
+  /** Port to bind, default 0 (any free port; read the real one from `address`). */
+  port?: number;
+  handler: ReportHandler;
+  /** Bound on request and response size, default 4 MiB; larger requests get RESOURCE_EXHAUSTED. */
+  maxMessageBytes?: number;
+  /** When set, reports whose `auth_token` differs are refused with UNAUTHENTICATED before the handler runs. */
+  authToken?: string;
+  tls?: GrpcServerTlsOptions;
+  /** How long `close()` waits for in-flight calls before cutting connections, default 2000 ms. */
+  shutdownGraceMs?: number;
+  /** Called for failures the caller should log: handler errors answered with INTERNAL. */
+  onError?: (error: unknown, context: { peer: string }) => void;
+}
+
+export interface GrpcControlServer extends ControlServer {
+  /** The bound port (the real one when `port` was 0). */
+  readonly port: number;
+}
+
+/**
+ * Serves `spillway.v1.RateControl/Report` over gRPC with @grpc/grpc-js, calling `handler` for each
+ * decoded report.
+ *
+ * Status mapping (the SpillwayError code leads the status message, so logs on both sides match):
+ * - undecodable request bytes, or a handler throwing ERR_SPILLWAY_INVALID_REPORT: INVALID_ARGUMENT;
+ * - a handler throwing ERR_SPILLWAY_CAPACITY_EXCEEDED: RESOURCE_EXHAUSTED;
+ * - a wrong auth token: UNAUTHENTICATED;
+ * - anything else the handler throws, or a response that cannot be encoded: INTERNAL (and `onError`).
+ */
+export async function startGrpcControlServer(options: GrpcControlServerOptions): Promise<GrpcControlServer> {
+  const host = options.host ?? '127.0.0.1';
+  const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
+  const shutdownGraceMs = options.shutdownGraceMs ?? 2_000;
+  const { handler, onError } = options;
+  const expectedToken = options.authToken !== undefined ? Buffer.from(options.authToken) : undefined;
+
+  const server = new Server({
+    'grpc.max_receive_message_length': maxMessageBytes,
+    'grpc.max_send_message_length': maxMessageBytes,
+    // Find dead peers (a host that vanished mid-call) without waiting for TCP timeouts.
+    'grpc.keepalive_time_ms': 60_000,
+    'grpc.keepalive_timeout_ms': 20_000,
+    'grpc.max_concurrent_streams': 1_000,
+  });
+
+  const report = (call: ServerUnaryCall<Buffer, Buffer>, callback: sendUnaryData<Buffer>): void => {
+    const peer = call.getPeer();
+    let request: ReportRequest;
+    try {
+      request = fromBinary(ReportRequestSchema, call.request);
+    } catch (error) {
+      callback(
+        statusError(
+          status.INVALID_ARGUMENT,
+          `${ErrorCode.InvalidReport}: malformed ReportRequest: ${messageOf(error)}`,
+        ),
+      );
+      return;
+    }
+    if (expectedToken !== undefined && !tokenMatches(expectedToken, request.authToken)) {
+      callback(statusError(status.UNAUTHENTICATED, 'report refused: missing or wrong auth_token'));
+      return;
+    }
+    // Promise.resolve().then also turns a synchronous throw in the handler into a rejection.
+    Promise.resolve()
+      .then(() => handler(request, { peer }))
+      .then((response) => Buffer.from(toBinary(ReportResponseSchema, response)))
+      .then(
+        (bytes) => callback(null, bytes),
+        (error: unknown) => {
+          if (isSpillwayError(error, ErrorCode.InvalidReport)) {
+            callback(statusError(status.INVALID_ARGUMENT, `${error.code}: ${error.message}`));
+          } else if (isSpillwayError(error, ErrorCode.CapacityExceeded)) {
+            callback(statusError(status.RESOURCE_EXHAUSTED, `${error.code}: ${error.message}`));
+          } else {
+            onError?.(error, { peer });
+            const code = isSpillwayError(error) ? `${error.code}: ` : '';
+            callback(statusError(status.INTERNAL, `${code}report handler failed: ${messageOf(error)}`));
+          }
+        },
+      );
+  };
+  server.addService({ Report: reportServerMethod }, { Report: report });
+
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(
+      formatHostPort(host, options.port ?? 0),
+      serverCredentials(options.tls),
+      (error, boundPort) => {
+        if (error) reject(error);
+        else resolve(boundPort);
+      },
+    );
+  });
+
+  let closing: Promise<void> | undefined;
+  return {
+    address: formatHostPort(host, port),
+    port,
+    close(): Promise<void> {
+      closing ??= new Promise<void>((resolve) => {
+        const force = setTimeout(() => {
+          server.forceShutdown();
+          resolve();
+        }, shutdownGraceMs);
+        force.unref();
+        server.tryShutdown(() => {
+          clearTimeout(force);
+          resolve();
+        });
+      });
+      return closing;
+    },
+  };
+}
+
+function serverCredentials(tls: GrpcServerTlsOptions | undefined): ServerCredentials {
+  if (!tls) return ServerCredentialsFactory.createInsecure();
+  return ServerCredentialsFactory.createSsl(
+    tls.caPem !== undefined ? Buffer.from(tls.caPem) : null,
+    [{ cert_chain: Buffer.from(tls.certPem), private_key: Buffer.from(tls.keyPem) }],
+    tls.requireClientCert ?? false,
+  );
+}
+
+function tokenMatches(expected: Buffer, actual: string): boolean {
+  const given = Buffer.from(actual);
+  return given.length === expected.length && timingSafeEqual(given, expected);
+}
+
+function statusError(code: status, details: string): Partial<ServerErrorResponse> {
+  return { code, details, message: details };
+}
+
+function messageOf(error: unknown): string {
+  return error instanceof Error ? error.message : String(error);
+}
