@@ -1,0 +1,12 @@
+export type { CoarseClock, CoarseClockOptions } from './coarse-clock.js';
+export { coarseClock, createCoarseClock } from './coarse-clock.js';
+export type { Gcra, GcraOptions } from './gcra.js';
+export { createGcra } from './gcra.js';
+export type { KeyedGcra, KeyedGcraOptions } from './keyed-gcra.js';
+export { createKeyedGcra } from './keyed-gcra.js';
+export type { KeyedLimiterOptions, KeyedLocalLimiter } from './keyed-local-limiter.js';
+export type { KeyedTokenBucket, KeyedTokenBucketOptions } from './keyed-token-bucket.js';
+export { createKeyedTokenBucket } from './keyed-token-bucket.js';
+export { TIME_SLACK_MS } from './time-slack.js';
+export type { TokenBucket, TokenBucketOptions } from './token-bucket.js';
+export { createTokenBucket } from './token-bucket.js';

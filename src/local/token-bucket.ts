@@ -1,0 +1,98 @@
+import type { Clock } from '../core/clock.js';
+import type { Decision } from '../core/decision.js';
+import { assertCost, assertPositiveFinite } from '../core/validate.js';
+import { coarseClock } from './coarse-clock.js';
+import { TIME_SLACK_MS } from './time-slack.js';
+
+export interface TokenBucketOptions {
+  /** Most tokens the bucket holds: the largest burst, and the `limit` of every decision. */
+  capacity: number;
+  /** Tokens added per second, continuously (lazily, at each call; no timers). */
+  refillPerSec: number;
+  /** Default: the shared 1 ms coarse clock (see coarse-clock.ts). */
+  clock?: Clock;
+}
+
+/** One token bucket for one caller or resource, decided in process. */
+export interface TokenBucket {
+  /**
+   * Take `cost` tokens (default 1) if they are there. The hot path: no allocation, no I/O.
+   * Throws `ERR_SPILLWAY_INVALID_COST` for a negative, non-finite or over-capacity cost.
+   */
+  tryTake(cost?: number): boolean;
+  /** Same decision as `tryTake`, with the full `Decision` (one object allocated per call). */
+  take(cost?: number): Decision;
+  readonly capacity: number;
+  readonly refillPerSec: number;
+}
+
+/**
+ * Token bucket: holds up to `capacity` tokens, refilled at `refillPerSec`; a call of cost n takes n
+ * tokens or, if fewer are there, takes nothing and is rejected.
+ *
+ * Pro: the most familiar model ("burst of capacity, then refillPerSec"); fractional costs; memory is
+ * two numbers. Con: two numbers of state to keep in step (see gcra.ts for the one-number form).
+ *
+ * @example
+ * const bucket = createTokenBucket({ capacity: 10, refillPerSec: 5 });
+ * if (!bucket.tryTake()) return reply.code(429).send();
+ */
+export function createTokenBucket(options: TokenBucketOptions): TokenBucket {
+  assertPositiveFinite('capacity', options.capacity);
+  assertPositiveFinite('refillPerSec', options.refillPerSec);
+  return new LocalTokenBucket(options.capacity, options.refillPerSec, options.clock ?? coarseClock);
+}
+
+class LocalTokenBucket implements TokenBucket {
+  private readonly refillPerMs: number;
+  private readonly slackTokens: number;
+  /** May dip below 0 by at most `slackTokens` (debt, see time-slack.ts). */
+  private tokens: number;
+  /** Time of the last refill. Never moves backwards, so a clock step back mints nothing. */
+  private lastMs = Number.NEGATIVE_INFINITY;
+
+  constructor(
+    readonly capacity: number,
+    readonly refillPerSec: number,
+    private readonly clock: Clock,
+  ) {
+    this.refillPerMs = refillPerSec / 1000;
+    this.slackTokens = this.refillPerMs * TIME_SLACK_MS;
+    this.tokens = capacity;
+  }
+
+  tryTake(cost = 1): boolean {
+    assertCost(cost, this.capacity);
+    const tokens = this.refill(this.clock.nowMs());
+    if (tokens + this.slackTokens >= cost) {
+      this.tokens = tokens - cost;
+      return true;
+    }
+    return false;
+  }
+
+  take(cost = 1): Decision {
+    assertCost(cost, this.capacity);
+    const nowMs = this.clock.nowMs();
+    const tokens = this.refill(nowMs);
+    const allowed = tokens + this.slackTokens >= cost;
+    const left = allowed ? tokens - cost : tokens;
+    this.tokens = left;
+    return {
+      allowed,
+      limit: this.capacity,
+      remaining: Math.max(left, 0),
+      resetAtMs: nowMs + (this.capacity - left) / this.refillPerMs,
+      retryAfterMs: allowed ? 0 : (cost - left) / this.refillPerMs,
+    };
+  }
+
+  private refill(nowMs: number): number {
+    if (nowMs > this.lastMs) {
+      const tokens = this.tokens + (nowMs - this.lastMs) * this.refillPerMs;
+      this.tokens = Math.min(tokens, this.capacity);
+      this.lastMs = nowMs;
+    }
+    return this.tokens;
+  }
+}
