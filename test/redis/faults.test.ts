@@ -1,0 +1,478 @@
+import assert from 'node:assert/strict';
+import { once } from 'node:events';
+import { type TestContext, test } from 'node:test';
+import { setTimeout as delay } from 'node:timers/promises';
+import { Redis, type RedisOptions } from 'ioredis';
+import type { Decision, SyncLimiter } from '../../src/core/decision.js';
+import {
+  createRedisFixedWindow,
+  createRedisSlidingCounter,
+  createRedisSlidingLog,
+  createRedisTokenBucket,
+  FAIL_CLOSED_RETRY_AFTER_MS,
+  ioredisAdapter,
+  type RedisLimiter,
+} from '../../src/redis/index.js';
+import { type RedisServer, requireRedis, startRedis } from '../helpers/redis-server.js';
+
+/**
+ * What a Redis limiter does when its Redis dies (SIGKILL) or hangs (SIGSTOP), each test against its
+ * own private redis-server:
+ * - every call still answers within its timeout, measured per call, with the configured policy
+ *   (fail-open, fail-closed or the insurance limiter), and nothing piles up;
+ * - the stats counters match the decisions the caller saw, one for one;
+ * - no promise rejection goes unhandled, including replies and errors that arrive after the
+ *   limiter has already answered;
+ * - once Redis is back, decisions are counted again within a bounded time.
+ *
+ * The client uses the fail-fast ioredis options recommended in docs/redis-operations.md; the last
+ * test proves that with ioredis' defaults the limiter's own timeout still bounds every call.
+ */
+
+const TIMEOUT_MS = 100;
+/** Slack over timeoutMs for one call on a loaded 2-core CI box (late timers, busy event loop). */
+const MARGIN_MS = 250;
+/** How long Redis may take to be usable again after restart/resume (reconnect backoff included). */
+const RECOVERY_DEADLINE_MS = 15_000;
+const DAY_MS = 86_400_000;
+
+/** docs/redis-operations.md, "Recommended ioredis options". Keep the two in step. */
+const failFastOptions: RedisOptions = {
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 0,
+  autoResendUnfulfilledCommands: false,
+  connectTimeout: 1_000,
+  socketTimeout: 1_000,
+  retryStrategy: (attempt) => Math.min(attempt * 50, 500),
+};
+
+async function connect(server: RedisServer, options: RedisOptions): Promise<Redis> {
+  const client = new Redis({ host: server.host, port: server.port, ...options });
+  // Reconnect errors are the point of these tests; the limiter's stats count what they cost.
+  client.on('error', () => {});
+  if (client.status !== 'ready') await once(client, 'ready');
+  return client;
+}
+
+interface Timed {
+  decision: Decision;
+  elapsedMs: number;
+}
+
+/**
+ * Wraps a limiter and tallies what its callers saw, so the limiter's own stats can be checked
+ * against it exactly.
+ */
+function observe(limiter: RedisLimiter) {
+  const seen = { calls: 0, failOpen: 0, failClosed: 0, insurance: 0, timeouts: 0, errors: 0, counted: 0 };
+  let worstMs = 0;
+  async function limit(key: string, cost?: number): Promise<Timed> {
+    const startMs = performance.now();
+    const decision = await limiter.limit(key, cost);
+    const elapsedMs = performance.now() - startMs;
+    worstMs = Math.max(worstMs, elapsedMs);
+    seen.calls++;
+    if (decision.reason === 'fail-open') seen.failOpen++;
+    else if (decision.reason === 'fail-closed') seen.failClosed++;
+    else if (decision.reason === 'insurance') seen.insurance++;
+    else if (decision.reason === undefined) seen.counted++;
+    if (decision.storeFault === 'timeout') seen.timeouts++;
+    if (decision.storeFault === 'error') seen.errors++;
+    return { decision, elapsedMs };
+  }
+  return {
+    limit,
+    seen,
+    get worstMs() {
+      return worstMs;
+    },
+    /** The limiter's counters equal what its callers were told. */
+    assertStatsMatch(context: string) {
+      const { calls, failOpen, failClosed, insurance, timeouts, errors } = limiter.stats;
+      assert.deepEqual(
+        { calls, failOpen, failClosed, insurance, timeouts, errors },
+        {
+          calls: seen.calls,
+          failOpen: seen.failOpen,
+          failClosed: seen.failClosed,
+          insurance: seen.insurance,
+          timeouts: seen.timeouts,
+          errors: seen.errors,
+        },
+        context,
+      );
+    },
+  };
+}
+type Observed = ReturnType<typeof observe>;
+
+/** Issue `count` calls at once (spread over `keys`) and assert each answered within the bound. */
+async function burst(limiter: Observed, count: number, keys: string[]): Promise<Timed[]> {
+  const results = await Promise.all(
+    Array.from({ length: count }, (_, i) => limiter.limit(keys[i % keys.length]!)),
+  );
+  assertBounded(results, `burst of ${count}`);
+  return results;
+}
+
+function assertBounded(results: Timed[], context: string): void {
+  const worst = Math.max(...results.map((r) => r.elapsedMs));
+  assert.ok(
+    worst <= TIMEOUT_MS + MARGIN_MS,
+    `${context}: slowest call took ${worst.toFixed(1)} ms, over ${TIMEOUT_MS} + ${MARGIN_MS}`,
+  );
+}
+
+/** Poll until Redis counts again; every poll must itself be bounded. Returns ms waited. */
+async function waitForCounted(limiter: Observed, key: string): Promise<number> {
+  const startMs = performance.now();
+  for (;;) {
+    const result = await limiter.limit(key);
+    assertBounded([result], 'recovery poll');
+    if (result.decision.reason === undefined) return performance.now() - startMs;
+    assert.ok(
+      performance.now() - startMs < RECOVERY_DEADLINE_MS,
+      `not recovered after ${RECOVERY_DEADLINE_MS} ms: ${JSON.stringify(result.decision)}`,
+    );
+    await delay(20);
+  }
+}
+
+/** Records unhandled rejections for the duration of one test. */
+function trackUnhandledRejections(t: TestContext): unknown[] {
+  const seen: unknown[] = [];
+  const onRejection = (reason: unknown) => {
+    seen.push(reason);
+  };
+  process.on('unhandledRejection', onRejection);
+  t.after(() => {
+    process.off('unhandledRejection', onRejection);
+  });
+  return seen;
+}
+
+/** Let pending replies, rejections and the unhandled-rejection check run (they fire after microtasks). */
+async function settle(): Promise<void> {
+  for (let i = 0; i < 5; i++) await new Promise((resolve) => setImmediate(resolve));
+}
+
+/**
+ * An exact insurance limiter: `capacity` per key, never refilled, so what it admits during an
+ * outage is a known number.
+ */
+function createCountingInsurance(capacity: number): SyncLimiter & { calls: number } {
+  const used = new Map<string, number>();
+  const insurance = {
+    calls: 0,
+    limit(key: string, cost = 1): Decision {
+      insurance.calls++;
+      const spent = used.get(key) ?? 0;
+      const resetAtMs = Date.now() + DAY_MS;
+      if (spent + cost > capacity) {
+        return {
+          allowed: false,
+          limit: capacity,
+          remaining: capacity - spent,
+          resetAtMs,
+          retryAfterMs: DAY_MS,
+        };
+      }
+      used.set(key, spent + cost);
+      return {
+        allowed: true,
+        limit: capacity,
+        remaining: capacity - spent - cost,
+        resetAtMs,
+        retryAfterMs: 0,
+      };
+    },
+  };
+  return insurance;
+}
+
+interface Scenario {
+  server: RedisServer;
+  client: Redis;
+  unhandled: unknown[];
+}
+
+async function setUp(t: TestContext, options: RedisOptions = failFastOptions): Promise<Scenario | undefined> {
+  if (!requireRedis(t)) return undefined;
+  const unhandled = trackUnhandledRejections(t);
+  const server = await startRedis();
+  let client: Redis | undefined;
+  t.after(async () => {
+    client?.disconnect();
+    await server.stop();
+  });
+  client = await connect(server, options);
+  return { server, client, unhandled };
+}
+
+test('Redis killed, fail-open: every call answers at once with fail-open; counted again after restart', async (t) => {
+  const s = await setUp(t);
+  if (!s) return;
+  const limiter = createRedisFixedWindow({
+    redis: ioredisAdapter(s.client),
+    limit: 1000,
+    windowMs: DAY_MS,
+    timeoutMs: TIMEOUT_MS,
+  });
+  const observed = observe(limiter);
+  for (let i = 0; i < 3; i++) assert.equal((await observed.limit('k')).decision.reason, undefined);
+
+  await s.server.kill();
+  const sequential: Timed[] = [];
+  for (let i = 0; i < 20; i++) sequential.push(await observed.limit('k'));
+  assertBounded(sequential, 'sequential calls while killed');
+  const concurrent = await burst(observed, 200, ['k', 'other']);
+  for (const { decision } of [...sequential, ...concurrent]) {
+    assert.equal(decision.allowed, true);
+    assert.equal(decision.reason, 'fail-open');
+    assert.ok(decision.storeFault === 'error' || decision.storeFault === 'timeout');
+    assert.equal(decision.limit, 1000);
+  }
+  // A refused connection is an immediate error with these client options, not a 100 ms wait.
+  assert.ok(observed.seen.errors > 0, 'a refused connection is reported as an error');
+  t.diagnostic(`killed: worst call ${observed.worstMs.toFixed(1)} ms, ${observed.seen.errors} errors`);
+
+  await s.server.restart();
+  const recoveryMs = await waitForCounted(observed, 'probe');
+  t.diagnostic(`recovered ${recoveryMs.toFixed(0)} ms after restart`);
+  // The restarted Redis had an empty script cache (EVALSHA -> NOSCRIPT -> EVAL), and an empty
+  // dataset; the 220 calls made during the outage were not replayed into it.
+  assert.ok(limiter.stats.noscriptReloads >= 1);
+  const after = await observed.limit('k');
+  assert.equal(after.decision.reason, undefined);
+  assert.equal(after.decision.remaining, 999, 'no call made during the outage reached the new Redis');
+
+  observed.assertStatsMatch('fail-open after kill');
+  assert.ok(limiter.stats.failOpen >= 220);
+  assert.equal(limiter.stats.failClosed, 0);
+  await settle();
+  assert.deepEqual(s.unhandled, []);
+});
+
+test('Redis killed, fail-closed: every call is rejected with fail-closed within its timeout; recovery', async (t) => {
+  const s = await setUp(t);
+  if (!s) return;
+  const limiter = createRedisSlidingLog({
+    redis: ioredisAdapter(s.client),
+    limit: 1000,
+    windowMs: DAY_MS,
+    timeoutMs: TIMEOUT_MS,
+    failPolicy: 'closed',
+  });
+  const observed = observe(limiter);
+  assert.equal((await observed.limit('k')).decision.allowed, true);
+
+  await s.server.kill();
+  const results = await burst(observed, 300, ['k', 'a', 'b']);
+  for (let i = 0; i < 10; i++) results.push(await observed.limit('k'));
+  assertBounded(results, 'fail-closed while killed');
+  for (const { decision } of results) {
+    assert.equal(decision.allowed, false);
+    assert.equal(decision.reason, 'fail-closed');
+    assert.equal(decision.retryAfterMs, FAIL_CLOSED_RETRY_AFTER_MS);
+    assert.equal(decision.remaining, 0);
+  }
+
+  await s.server.restart();
+  await waitForCounted(observed, 'probe');
+  observed.assertStatsMatch('fail-closed after kill');
+  assert.ok(limiter.stats.failClosed >= 310);
+  assert.equal(limiter.stats.failOpen, 0);
+  await settle();
+  assert.deepEqual(s.unhandled, []);
+});
+
+test('Redis killed, insurance: the local limiter decides and its limit is enforced; recovery', async (t) => {
+  const s = await setUp(t);
+  if (!s) return;
+  const insurance = createCountingInsurance(5);
+  const limiter = createRedisTokenBucket({
+    redis: ioredisAdapter(s.client),
+    capacity: 1000,
+    refillPerSec: 1,
+    timeoutMs: TIMEOUT_MS,
+    insurance,
+  });
+  const observed = observe(limiter);
+  assert.equal((await observed.limit('a')).decision.reason, undefined);
+  assert.equal(insurance.calls, 0, 'insurance is not consulted while Redis answers');
+
+  await s.server.kill();
+  const onA: Timed[] = [];
+  for (let i = 0; i < 12; i++) onA.push(await observed.limit('a'));
+  const onB = await burst(observed, 3, ['b']);
+  assertBounded([...onA, ...onB], 'insurance while killed');
+  for (const { decision } of [...onA, ...onB]) {
+    assert.equal(decision.reason, 'insurance');
+    assert.equal(decision.limit, 5, "an insurance decision is the insurance limiter's");
+  }
+  assert.deepEqual(
+    onA.map((r) => r.decision.allowed),
+    [true, true, true, true, true, false, false, false, false, false, false, false],
+  );
+  assert.deepEqual(
+    onB.map((r) => r.decision.allowed),
+    [true, true, true],
+  );
+
+  await s.server.restart();
+  await waitForCounted(observed, 'probe');
+  observed.assertStatsMatch('insurance after kill');
+  assert.equal(limiter.stats.insurance, insurance.calls);
+  assert.equal(limiter.stats.failOpen + limiter.stats.failClosed, 0);
+  await settle();
+  assert.deepEqual(s.unhandled, []);
+});
+
+test('Redis paused (SIGSTOP): 1,000 calls over four limiters all answer within the timeout; late replies dropped; recovery', async (t) => {
+  const s = await setUp(t);
+  if (!s) return;
+  const redis = ioredisAdapter(s.client);
+  const common = { redis, timeoutMs: TIMEOUT_MS };
+  const limiters = [
+    createRedisFixedWindow({ ...common, limit: 10_000, windowMs: DAY_MS }),
+    createRedisSlidingLog({ ...common, limit: 10_000, windowMs: DAY_MS }),
+    createRedisSlidingCounter({ ...common, limit: 10_000, windowMs: DAY_MS }),
+    createRedisTokenBucket({ ...common, capacity: 10_000, refillPerSec: 0.001 }),
+  ];
+  const observed = limiters.map(observe);
+  for (const o of observed) assert.equal((await o.limit('k')).decision.reason, undefined);
+
+  s.server.pause();
+  const pausedAtMs = performance.now();
+  const results = (await Promise.all(observed.map((o) => burst(o, 250, ['k'])))).flat();
+  assert.equal(results.length, 1000);
+  const worst = Math.max(...results.map((r) => r.elapsedMs));
+  for (const { decision } of results) {
+    assert.equal(decision.allowed, true);
+    assert.equal(decision.reason, 'fail-open');
+    assert.equal(decision.storeFault, 'timeout');
+  }
+  // Resume before the client's socketTimeout (1 s) drops the connection: the 1,000 commands sitting
+  // in Redis' socket buffer now run and their replies arrive after their callers were answered.
+  assert.ok(performance.now() - pausedAtMs < 1_000, 'the burst took longer than socketTimeout');
+  s.server.resume();
+  const recoveryMs = await waitForCounted(observed[0]!, 'probe');
+  for (const o of observed.slice(1)) await waitForCounted(o, 'probe');
+  await settle();
+  t.diagnostic(
+    `paused: 1000 concurrent calls, worst ${worst.toFixed(1)} ms (timeoutMs ${TIMEOUT_MS}); recovered ${recoveryMs.toFixed(0)} ms after SIGCONT`,
+  );
+  // Timed-out calls are ambiguous: Redis ran them when it resumed. Report how many were counted.
+  const fixedWindowAfter = await observed[0]!.limit('k');
+  t.diagnostic(
+    `fixed window remaining after resume: ${fixedWindowAfter.decision.remaining} of 10000 (1 before the pause + 250 timed out + this call)`,
+  );
+  observed.forEach((o, i) => {
+    o.assertStatsMatch(`limiter ${i}`);
+    assert.equal(limiters[i]!.stats.timeouts, 250);
+  });
+  assert.deepEqual(s.unhandled, []);
+});
+
+test('Redis paused past socketTimeout: the hung connection is dropped, calls then fail fast, late rejections are handled', async (t) => {
+  const s = await setUp(t);
+  if (!s) return;
+  const redis = ioredisAdapter(s.client);
+  const closed = observe(
+    createRedisFixedWindow({
+      redis,
+      limit: 100,
+      windowMs: DAY_MS,
+      timeoutMs: TIMEOUT_MS,
+      failPolicy: 'closed',
+    }),
+  );
+  const insurance = createCountingInsurance(3);
+  const insured = observe(
+    createRedisSlidingCounter({ redis, limit: 100, windowMs: DAY_MS, timeoutMs: TIMEOUT_MS, insurance }),
+  );
+  assert.equal((await closed.limit('k')).decision.reason, undefined);
+  assert.equal((await insured.limit('k')).decision.reason, undefined);
+
+  s.server.pause();
+  const pausedAtMs = performance.now();
+  // In flight when the connection is dropped: ioredis rejects these after the limiter answered.
+  const first = [...(await burst(closed, 500, ['k'])), ...(await burst(insured, 500, ['k']))];
+  assert.ok(first.every((r) => r.decision.storeFault === 'timeout'));
+  // Keep calling until the client gives up on the hung socket: calls then fail at once (error).
+  let detectedMs = 0;
+  for (;;) {
+    const [a, b] = [await closed.limit('k'), await insured.limit('i')];
+    assertBounded([a, b], 'calls while paused');
+    assert.equal(a.decision.reason, 'fail-closed');
+    assert.equal(a.decision.allowed, false);
+    assert.equal(b.decision.reason, 'insurance');
+    if (a.decision.storeFault === 'error' && b.decision.storeFault === 'error') {
+      detectedMs = performance.now() - pausedAtMs;
+      break;
+    }
+    assert.ok(performance.now() - pausedAtMs < 10_000, 'socketTimeout never dropped the hung connection');
+    await delay(20);
+  }
+  const fast = await burst(closed, 200, ['k']);
+  const fastWorst = Math.max(...fast.map((r) => r.elapsedMs));
+  // Insurance still enforces its own limit (3 per key) throughout.
+  const insuredKey = await Promise.all(Array.from({ length: 6 }, () => insured.limit('fresh')));
+  assert.deepEqual(
+    insuredKey.map((r) => r.decision.allowed),
+    [true, true, true, false, false, false],
+  );
+
+  s.server.resume();
+  const recoveryMs = await waitForCounted(closed, 'probe');
+  await waitForCounted(insured, 'probe');
+  await settle();
+  t.diagnostic(
+    `paused past socketTimeout: hang detected after ${detectedMs.toFixed(0)} ms; then worst of 200 calls ${fastWorst.toFixed(2)} ms; recovered ${recoveryMs.toFixed(0)} ms after SIGCONT; worst call overall ${Math.max(closed.worstMs, insured.worstMs).toFixed(1)} ms`,
+  );
+  closed.assertStatsMatch('fail-closed');
+  insured.assertStatsMatch('insurance');
+  assert.equal(insured.seen.insurance, insurance.calls);
+  assert.deepEqual(s.unhandled, []);
+});
+
+test("with ioredis' DEFAULT options the limiter's own timeout still bounds every call (paused, then killed)", async (t) => {
+  const s = await setUp(t, {});
+  if (!s) return;
+  const limiter = createRedisFixedWindow({
+    redis: ioredisAdapter(s.client),
+    limit: 10_000,
+    windowMs: DAY_MS,
+    timeoutMs: TIMEOUT_MS,
+  });
+  const observed = observe(limiter);
+  assert.equal((await observed.limit('k')).decision.reason, undefined);
+
+  s.server.pause();
+  const paused = await burst(observed, 300, ['k']);
+  for (let i = 0; i < 5; i++) paused.push(await observed.limit('k'));
+  assertBounded(paused, 'default options, paused');
+  assert.ok(paused.every((r) => r.decision.reason === 'fail-open' && r.decision.storeFault === 'timeout'));
+  s.server.resume();
+  await waitForCounted(observed, 'probe');
+
+  await s.server.kill();
+  // Default options queue commands while disconnected (offline queue): each call waits for the
+  // limiter's timeout instead of failing at once, but still answers within it.
+  const killed = await burst(observed, 300, ['k']);
+  for (let i = 0; i < 5; i++) killed.push(await observed.limit('k'));
+  assertBounded(killed, 'default options, killed');
+  assert.ok(killed.every((r) => r.decision.reason === 'fail-open'));
+  await s.server.restart();
+  await waitForCounted(observed, 'probe');
+  // ioredis replays its offline queue into the new Redis: calls already answered fail-open are
+  // counted after the fact. The fail-fast options avoid this (see the first test).
+  await settle();
+  const after = await observed.limit('k');
+  t.diagnostic(
+    `default options: worst call ${observed.worstMs.toFixed(1)} ms; after restart key k shows ${10_000 - after.decision.remaining} counted (1 was made after restart)`,
+  );
+  observed.assertStatsMatch('default options');
+  await settle();
+  assert.deepEqual(s.unhandled, []);
+});
