@@ -1,0 +1,348 @@
+import { readFile } from 'node:fs/promises';
+import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from 'yaml';
+import { z } from 'zod';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+
+/**
+ * The limits file: what the controller enforces. One YAML document, validated by a strict schema
+ * (unknown fields are errors, so a typo never silently disables a limit). Errors name the file,
+ * line and column of the offending node: `limits.yaml:7:11: buckets[1].mode: ...`.
+ */
+
+/** A per-bucket limit: either one exact key or a template such as `api:caller=*` (one instance per caller). */
+export interface BucketRule {
+  /** Exact bucket key, e.g. `payments:charge`. Exactly one of `key` and `template` is set. */
+  key?: string;
+  /** A key pattern with exactly one `*`, which matches one or more characters: `api:caller=*`. */
+  template?: string;
+  /** Units per second admitted over all hosts (per zone with `scope: zone`). 0 drops everything. */
+  limitRps: number;
+  /** `enforce` drops; `shadow` only counts would-drops. */
+  mode: 'enforce' | 'shadow';
+  /** `global`: one limit for the whole fleet; `zone`: the limit applies in each zone separately. */
+  scope: 'global' | 'zone';
+  /** Templates only: per-instance limits keyed by the text the `*` matched (`acme` for `api:caller=acme`). */
+  overrides?: Record<string, number>;
+  /** Templates only: most instances tracked at once (bounds memory under many distinct callers). */
+  maxInstances?: number;
+}
+
+/**
+ * How the controller turns offered load into a drop ratio. `plain` is the textbook
+ * `(offered - limit) / offered` on the last window; `ewma` smooths offered first; `corrected` adds an
+ * integral correction from the admitted-vs-limit error that hosts report. docs/control-plane.md has
+ * the measurements that chose the default.
+ */
+export type RatioPolicySpec =
+  | { kind: 'plain' }
+  | { kind: 'ewma'; alpha: number }
+  | { kind: 'corrected'; gain: number; maxCorrection: number };
+
+export interface LimitsConfig {
+  version: 1;
+  /** How often hosts and aggregators report and the controller recomputes ratios. */
+  intervalMs: number;
+  /** How long a directive stays fresh at a host (then its stale policy applies). */
+  ttlMs: number;
+  buckets: BucketRule[];
+  /** Absent: the controller's default (see DEFAULT_RATIO_POLICY in src/control/ratio-policy.ts). */
+  ratioPolicy?: RatioPolicySpec;
+}
+
+export const DEFAULT_INTERVAL_MS = 1000;
+/** Four intervals: a host rides out three lost reports before its stale policy starts. */
+export const DEFAULT_TTL_INTERVALS = 4;
+export const DEFAULT_MAX_INSTANCES = 10_000;
+/** Same bound as the wire protocol's bucket keys. */
+export const MAX_BUCKET_KEY_BYTES = 256;
+
+const finiteNumber = z.number().refine(Number.isFinite, { message: 'must be a finite number' });
+
+const bucketRuleSchema = z.strictObject({
+  key: z.string().min(1).optional(),
+  template: z.string().min(1).optional(),
+  limitRps: finiteNumber.pipe(z.number().min(0)),
+  mode: z.enum(['enforce', 'shadow']).default('enforce'),
+  scope: z.enum(['global', 'zone']).default('global'),
+  overrides: z.record(z.string().min(1), finiteNumber.pipe(z.number().min(0))).optional(),
+  maxInstances: z.number().int().min(1).max(1_000_000).optional(),
+});
+
+const ratioPolicySchema = z.discriminatedUnion('kind', [
+  z.strictObject({ kind: z.literal('plain') }),
+  z.strictObject({ kind: z.literal('ewma'), alpha: z.number().gt(0).max(1) }),
+  z.strictObject({
+    kind: z.literal('corrected'),
+    gain: z.number().gt(0).max(1).default(0.3),
+    maxCorrection: z.number().gt(0).max(1).default(0.5),
+  }),
+]);
+
+const limitsSchema = z.strictObject({
+  version: z.literal(1),
+  intervalMs: z.number().int().min(100).max(60_000).default(DEFAULT_INTERVAL_MS),
+  ttlMs: z.number().int().min(100).max(600_000).optional(),
+  buckets: z.array(bucketRuleSchema),
+  ratioPolicy: ratioPolicySchema.optional(),
+});
+
+/** One problem found in a config, located by its path in the document. */
+export interface ConfigIssue {
+  path: (string | number)[];
+  message: string;
+  /** Point at the key itself rather than its value (unknown fields). */
+  atKey?: boolean;
+  /** What the message names, when not the path itself (an unknown field names its parent). */
+  label?: string;
+}
+
+/**
+ * Validate a config object (from YAML or built in code): the schema first, then rules the schema
+ * cannot express. Returns the defaulted config or the first issue found.
+ */
+export function checkLimitsConfig(input: unknown): { config: LimitsConfig } | { issue: ConfigIssue } {
+  const parsed = limitsSchema.safeParse(input);
+  if (!parsed.success) {
+    const first = parsed.error.issues[0]!;
+    return { issue: describeZodIssue(first, input) };
+  }
+  const raw = parsed.data;
+  const intervalMs = raw.intervalMs;
+  const ttlMs = raw.ttlMs ?? intervalMs * DEFAULT_TTL_INTERVALS;
+  if (ttlMs < intervalMs) {
+    return {
+      issue: { path: ['ttlMs'], message: `must be at least intervalMs (${intervalMs}), got ${ttlMs}` },
+    };
+  }
+  const seen = new Map<string, number>();
+  const buckets: BucketRule[] = [];
+  for (const [index, rule] of raw.buckets.entries()) {
+    const issue = checkRule(rule, index, seen);
+    if (issue) return { issue };
+    const out: BucketRule = { limitRps: rule.limitRps, mode: rule.mode, scope: rule.scope };
+    if (rule.key !== undefined) out.key = rule.key;
+    if (rule.template !== undefined) {
+      out.template = rule.template;
+      out.overrides = { ...(rule.overrides ?? {}) };
+      out.maxInstances = rule.maxInstances ?? DEFAULT_MAX_INSTANCES;
+    }
+    buckets.push(out);
+  }
+  const config: LimitsConfig = { version: 1, intervalMs, ttlMs, buckets };
+  if (raw.ratioPolicy) config.ratioPolicy = raw.ratioPolicy;
+  return { config };
+}
+
+function checkRule(
+  rule: z.infer<typeof bucketRuleSchema>,
+  index: number,
+  seen: Map<string, number>,
+): ConfigIssue | undefined {
+  const at = (field: string | undefined, message: string): ConfigIssue => ({
+    path: field === undefined ? ['buckets', index] : ['buckets', index, field],
+    message,
+  });
+  if ((rule.key === undefined) === (rule.template === undefined)) {
+    return at(undefined, 'needs exactly one of "key" or "template"');
+  }
+  if (rule.key !== undefined) {
+    if (rule.key.includes('*')) return at('key', `"${rule.key}" contains "*"; use "template" for patterns`);
+    if (Buffer.byteLength(rule.key) > MAX_BUCKET_KEY_BYTES) {
+      return at('key', `is longer than ${MAX_BUCKET_KEY_BYTES} bytes`);
+    }
+    if (rule.overrides !== undefined) return at('overrides', 'is only allowed on a template rule');
+    if (rule.maxInstances !== undefined) return at('maxInstances', 'is only allowed on a template rule');
+  }
+  if (rule.template !== undefined) {
+    const stars = rule.template.split('*').length - 1;
+    if (stars !== 1) {
+      return at('template', `"${rule.template}" must contain exactly one "*", found ${stars}`);
+    }
+    if (Buffer.byteLength(rule.template) > MAX_BUCKET_KEY_BYTES) {
+      return at('template', `is longer than ${MAX_BUCKET_KEY_BYTES} bytes`);
+    }
+  }
+  const identity = rule.key !== undefined ? `key "${rule.key}"` : `template "${rule.template}"`;
+  const previous = seen.get(identity);
+  if (previous !== undefined) {
+    return at(rule.key !== undefined ? 'key' : 'template', `duplicate rule for ${identity} (first at buckets[${previous}])`);
+  }
+  seen.set(identity, index);
+  return undefined;
+}
+
+/** Turn a zod issue into a short message in the file's own vocabulary. */
+function describeZodIssue(issue: z.core.$ZodIssue, input: unknown): ConfigIssue {
+  const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
+  const got = valueAt(input, path);
+  switch (issue.code) {
+    case 'unrecognized_keys': {
+      const allowed = allowedFields(path);
+      const field = issue.keys[0]!;
+      return {
+        path: [...path, field],
+        atKey: true,
+        label: formatConfigPath(path),
+        message: `unknown field "${field}"${allowed ? ` (allowed: ${allowed.join(', ')})` : ''}`,
+      };
+    }
+    case 'invalid_type':
+      if (got === undefined) return { path, message: `is required (${expectedName(issue.expected)})` };
+      return { path, message: `expected ${expectedName(issue.expected)}, got ${describeValue(got)}` };
+    case 'invalid_value':
+      return {
+        path,
+        message: `must be ${issue.values.length === 1 ? '' : 'one of '}${issue.values
+          .map((v) => JSON.stringify(v))
+          .join(', ')}, got ${describeValue(got)}`,
+      };
+    case 'invalid_union':
+      if (issue.discriminator !== undefined) {
+        const options = (issue as { options?: unknown[] }).options ?? [];
+        const atDiscriminator = path[path.length - 1] === issue.discriminator;
+        return {
+          path: atDiscriminator ? path : [...path, issue.discriminator],
+          message: `must be one of ${options.map((v) => JSON.stringify(v)).join(', ')}, got ${describeValue(
+            atDiscriminator ? got : valueAt(got, [issue.discriminator]),
+          )}`,
+        };
+      }
+      return { path, message: issue.message };
+    case 'too_small':
+      return {
+        path,
+        message: `must be ${issue.inclusive === false ? '>' : '>='} ${String(issue.minimum)}, got ${describeValue(got)}`,
+      };
+    case 'too_big':
+      return {
+        path,
+        message: `must be ${issue.inclusive === false ? '<' : '<='} ${String(issue.maximum)}, got ${describeValue(got)}`,
+      };
+    default:
+      return { path, message: `${issue.message}, got ${describeValue(got)}` };
+  }
+}
+
+function expectedName(expected: string): string {
+  if (expected === 'object') return 'a mapping';
+  if (expected === 'array') return 'a list';
+  return expected;
+}
+
+function allowedFields(path: (string | number)[]): string[] | undefined {
+  if (path.length === 0) return Object.keys(limitsSchema.shape);
+  if (path[0] === 'buckets' && path.length === 2) return Object.keys(bucketRuleSchema.shape);
+  return undefined;
+}
+
+function valueAt(input: unknown, path: (string | number)[]): unknown {
+  let value = input;
+  for (const segment of path) {
+    if (value === null || typeof value !== 'object') return undefined;
+    value = (value as Record<string | number, unknown>)[segment];
+  }
+  return value;
+}
+
+function describeValue(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (value === null) return 'null';
+  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a mapping';
+  return String(value);
+}
+
+/** `buckets[1].mode` */
+export function formatConfigPath(path: (string | number)[]): string {
+  let out = '';
+  for (const segment of path) {
+    if (typeof segment === 'number') out += `[${segment}]`;
+    else out += out === '' ? segment : `.${segment}`;
+  }
+  return out === '' ? 'top level' : out;
+}
+
+/**
+ * Parse and validate a limits file. Throws SpillwayError ERR_SPILLWAY_INVALID_CONFIG with message
+ * `file:line:col: <path>: <what>` and details `{ file, line, column, path }` (line and column 1-based).
+ */
+export function parseLimitsConfig(text: string, fileName = '<limits>'): LimitsConfig {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  const yamlError = doc.errors[0];
+  if (yamlError) {
+    const { line, col } = lineCounter.linePos(yamlError.pos[0]);
+    const what = yamlError.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+    throw configError(fileName, line, col, undefined, `YAML syntax error: ${what}`);
+  }
+  const result = checkLimitsConfig(doc.toJS());
+  if ('config' in result) return result.config;
+  const { issue } = result;
+  const offset = locate(doc.contents, issue.path, issue.atKey === true);
+  const { line, col } = lineCounter.linePos(offset);
+  const label = issue.label ?? formatConfigPath(issue.path);
+  throw configError(fileName, line, col, issue.path, `${label}: ${issue.message}`);
+}
+
+/** Read and parse a limits file. File-system failures become ERR_SPILLWAY_INVALID_CONFIG too. */
+export async function loadLimitsConfig(path: string): Promise<LimitsConfig> {
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    throw new SpillwayError(
+      ErrorCode.InvalidConfig,
+      `${path}: cannot read limits file: ${(error as Error).message}`,
+      { file: path },
+      { cause: error },
+    );
+  }
+  return parseLimitsConfig(text, path);
+}
+
+function configError(
+  file: string,
+  line: number,
+  column: number,
+  path: (string | number)[] | undefined,
+  what: string,
+): SpillwayError {
+  return new SpillwayError(ErrorCode.InvalidConfig, `${file}:${line}:${column}: ${what}`, {
+    file,
+    line,
+    column,
+    path: path === undefined ? undefined : formatConfigPath(path),
+  });
+}
+
+/**
+ * Offset of the node at `path`, or of the deepest existing ancestor (a missing field points at the
+ * mapping that lacks it).
+ */
+function locate(root: Node | null, path: (string | number)[], atKey: boolean): number {
+  let node: Node | null = root;
+  let offset = node?.range?.[0] ?? 0;
+  for (const [i, segment] of path.entries()) {
+    if (isMap(node)) {
+      const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === String(segment));
+      if (!pair) break;
+      const isLast = i === path.length - 1;
+      if (isLast && atKey && isScalar(pair.key)) return pair.key.range?.[0] ?? offset;
+      const value = pair.value as Node | null;
+      if (!value || !value.range) {
+        offset = (pair.key as Node).range?.[0] ?? offset;
+        break;
+      }
+      node = value;
+    } else if (isSeq(node) && typeof segment === 'number') {
+      const item = node.items[segment] as Node | undefined;
+      if (!item?.range) break;
+      node = item;
+    } else {
+      break;
+    }
+    offset = node.range?.[0] ?? offset;
+  }
+  return offset;
+}
