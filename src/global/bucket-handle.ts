@@ -1,0 +1,326 @@
+import type { Clock, Random } from '../core/clock.js';
+import type { Decision } from '../core/decision.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { type Directive, Mode } from '../gen/spillway/v1/control_pb.js';
+import { hostShareRps, type ResolvedBurstGuard } from './burst-guard.js';
+import { isNewerDirective } from './directive-order.js';
+import { directiveHeld, type StalePolicy, staleDropRatio } from './stale-policy.js';
+
+export type BucketMode = 'enforce' | 'shadow';
+
+/**
+ * One bucket of the global limiter on this host, resolved once and reused. Holding a handle keeps
+ * the bucket resident (it is never expired), and its decisions cost no map lookup.
+ */
+export interface BucketHandle {
+  readonly key: string;
+  /**
+   * The hot path: `true` to admit one call of `cost` units (default 1). Counter increments and at
+   * most one random draw against the current ratio; no I/O, no promise, no allocation. Throws only
+   * on an invalid cost (ERR_SPILLWAY_INVALID_COST), never because the control plane is down.
+   */
+  allow(cost?: number): boolean;
+  /**
+   * The same decision as `allow` (same counters, same draw) as a full `Decision` (allocates).
+   * `reason: 'shadow'` when a shadow bucket would have dropped the call.
+   */
+  decide(cost?: number): Decision;
+  /** The drop ratio of the directive held (0 before any). */
+  readonly dropRatio: number;
+  /** The ratio applied now: `dropRatio` after the stale policy (refreshed every report tick). */
+  readonly effectiveRatio: number;
+  readonly mode: BucketMode;
+}
+
+/** What every bucket of one limiter shares; read off the hot path only. */
+export interface BucketContext {
+  clock: Clock;
+  stalePolicy(): StalePolicy;
+  burstGuard: ResolvedBurstGuard | undefined;
+  intervalMs(): number;
+  defaultShadow: boolean;
+}
+
+/** Outcomes of one decision; values below DROPPED admit. */
+const ADMITTED = 0;
+const WOULD_DROP = 1;
+const DROPPED = 2;
+const DROPPED_BY_GUARD = 3;
+
+/**
+ * The bucket's state lives in plain number fields, initialised in a fixed order so every bucket
+ * shares one hidden class and the hot path stays monomorphic. Doubles stored in fields are updated
+ * in place; nothing on the decision path allocates.
+ *
+ * Counters move through three stages: `window*` (bumped per call), `pending*` (snapshotted by
+ * the reporter, waiting for a successful report; carried over on failure), `total*` (cumulative,
+ * for metrics).
+ */
+export class Bucket implements BucketHandle {
+  readonly key: string;
+  readonly random: Random;
+  readonly context: BucketContext;
+
+  // Read per call.
+  effectiveRatio = 0;
+  shadow: boolean;
+  guarded = false;
+  guardTokens = 0;
+
+  // Bumped per call, reset by the reporter every interval.
+  windowOffered = 0;
+  windowAdmitted = 0;
+  windowDropped = 0;
+  windowWouldDrop = 0;
+  windowDroppedByGuard = 0;
+
+  // Snapshotted, not yet acknowledged by a report.
+  pendingOffered = 0;
+  pendingAdmitted = 0;
+  pendingWouldDrop = 0;
+  /** Start of the oldest unreported counts (scheduler clock); meaningful while pending counts exist. */
+  pendingSinceMs = 0;
+  hasPending = false;
+
+  totalOffered = 0;
+  totalAdmitted = 0;
+  totalDropped = 0;
+  totalWouldDrop = 0;
+  totalDroppedByGuard = 0;
+
+  /** Offered units per second in the last snapshotted window (sizes the burst guard). */
+  recentOfferedRps = 0;
+  lastActiveMs: number;
+  /** Resolved through `bucket(key)`: the caller holds the handle, so it never expires. */
+  pinned = false;
+
+  hasDirective = false;
+  directiveRatio = 0;
+  limitRps = 0;
+  globalOfferedRps = 0;
+  epoch = 0n;
+  version = 0n;
+  receivedAtMs = 0;
+  expiresAtMs = 0;
+
+  guardCapacity = 0;
+  guardRefillPerMs = 0;
+  guardRefilledAtMs = 0;
+
+  constructor(key: string, random: Random, context: BucketContext, nowMs: number) {
+    this.key = key;
+    this.random = random;
+    this.context = context;
+    this.shadow = context.defaultShadow;
+    this.lastActiveMs = nowMs;
+  }
+
+  get dropRatio(): number {
+    return this.directiveRatio;
+  }
+
+  get mode(): BucketMode {
+    return this.shadow ? 'shadow' : 'enforce';
+  }
+
+  allow(cost = 1): boolean {
+    return this.take(cost) < DROPPED;
+  }
+
+  decide(cost = 1): Decision {
+    const outcome = this.take(cost);
+    const nowMs = this.context.clock.nowMs();
+    if (outcome < DROPPED) {
+      const decision: Decision = {
+        allowed: true,
+        limit: this.limitRps,
+        remaining: this.guarded ? Math.max(0, this.guardTokens) : this.limitRps,
+        resetAtMs: nowMs,
+        retryAfterMs: 0,
+      };
+      if (outcome === WOULD_DROP) decision.reason = 'shadow';
+      return decision;
+    }
+    // A ratio drop can only change with the next directive; a guard drop lasts until tokens refill.
+    const retryAfterMs =
+      outcome === DROPPED_BY_GUARD && this.guardRefillPerMs > 0
+        ? Math.ceil(Math.max(0, cost - this.guardTokens) / this.guardRefillPerMs)
+        : this.context.intervalMs();
+    return {
+      allowed: false,
+      limit: this.limitRps,
+      remaining: 0,
+      resetAtMs: nowMs + retryAfterMs,
+      retryAfterMs,
+    };
+  }
+
+  /** One decision; every path counts `cost` into exactly one of admitted or dropped. */
+  take(cost: number): number {
+    if (typeof cost !== 'number' || !(cost >= 0 && cost < Number.POSITIVE_INFINITY)) throwInvalidCost(cost);
+    this.windowOffered += cost;
+    const ratio = this.effectiveRatio;
+    if (ratio > 0 && this.random() < ratio) {
+      if (!this.shadow) {
+        this.windowDropped += cost;
+        return DROPPED;
+      }
+      this.windowWouldDrop += cost;
+      this.windowAdmitted += cost;
+      return WOULD_DROP;
+    }
+    if (this.guarded) {
+      if (this.guardTokens < cost && !this.refillGuard(cost)) {
+        this.windowDroppedByGuard += cost;
+        return DROPPED_BY_GUARD;
+      }
+      this.guardTokens -= cost;
+    }
+    this.windowAdmitted += cost;
+    return ADMITTED;
+  }
+
+  /**
+   * The guard's only clock read, taken when tokens run short (a spike), not per call. Tokens are
+   * also refilled every report tick, which bounds what this lazy refill can over-credit to one
+   * interval of share.
+   */
+  refillGuard(cost: number): boolean {
+    this.topUpGuard(this.context.clock.nowMs());
+    return this.guardTokens >= cost;
+  }
+
+  topUpGuard(nowMs: number): void {
+    const elapsedMs = nowMs - this.guardRefilledAtMs;
+    if (elapsedMs > 0) {
+      this.guardTokens = Math.min(this.guardCapacity, this.guardTokens + elapsedMs * this.guardRefillPerMs);
+    }
+    this.guardRefilledAtMs = nowMs;
+  }
+
+  /** Move the window's counts to pending and totals. Called by the reporter once per tick. */
+  snapshotWindow(windowStartMs: number, nowMs: number): void {
+    const offered = this.windowOffered;
+    const windowMs = nowMs - windowStartMs;
+    this.recentOfferedRps = windowMs > 0 ? (offered * 1000) / windowMs : 0;
+    if (offered > 0 || this.windowAdmitted > 0) {
+      if (!this.hasPending) {
+        this.hasPending = true;
+        this.pendingSinceMs = windowStartMs;
+      }
+      this.lastActiveMs = nowMs;
+    }
+    this.pendingOffered += offered;
+    this.pendingAdmitted += this.windowAdmitted;
+    this.pendingWouldDrop += this.windowWouldDrop;
+    this.totalOffered += offered;
+    this.totalAdmitted += this.windowAdmitted;
+    this.totalDropped += this.windowDropped;
+    this.totalWouldDrop += this.windowWouldDrop;
+    this.totalDroppedByGuard += this.windowDroppedByGuard;
+    this.windowOffered = 0;
+    this.windowAdmitted = 0;
+    this.windowDropped = 0;
+    this.windowWouldDrop = 0;
+    this.windowDroppedByGuard = 0;
+  }
+
+  /** Scale pending counts by `factor` (rate-preserving when their span is shortened). */
+  scalePending(factor: number, sinceMs: number): void {
+    this.pendingOffered *= factor;
+    this.pendingAdmitted *= factor;
+    this.pendingWouldDrop *= factor;
+    this.pendingSinceMs = sinceMs;
+  }
+
+  clearPending(): void {
+    this.pendingOffered = 0;
+    this.pendingAdmitted = 0;
+    this.pendingWouldDrop = 0;
+    this.hasPending = false;
+  }
+
+  /** The directive's freshness window has not passed (the stale policy is not in play). */
+  directiveFresh(nowMs: number): boolean {
+    return this.hasDirective && nowMs < this.expiresAtMs;
+  }
+
+  /** Apply a directive if it is newer than the one held (see `isNewerDirective`). Returns whether it applied. */
+  applyDirective(directive: Directive, fallbackEpoch: bigint, nowMs: number): boolean {
+    const dropRatio = directive.dropRatio;
+    if (typeof dropRatio !== 'number' || Number.isNaN(dropRatio)) return false;
+    const epoch = directive.epoch !== 0n ? directive.epoch : fallbackEpoch;
+    const version = directive.version;
+    if (this.hasDirective && !isNewerDirective(epoch, version, this.epoch, this.version)) {
+      // An older epoch is accepted once the held directive is stale: a controller restarted with
+      // a clock behind its predecessor's must not be locked out. Within an epoch, never go back.
+      if (epoch === this.epoch || this.directiveFresh(nowMs)) return false;
+    }
+    this.hasDirective = true;
+    this.directiveRatio = Math.min(1, Math.max(0, dropRatio));
+    this.limitRps = finiteNonNegative(directive.limitRps);
+    this.globalOfferedRps = finiteNonNegative(directive.offeredRps);
+    this.epoch = epoch;
+    this.version = version;
+    this.receivedAtMs = nowMs;
+    this.expiresAtMs = nowMs + directive.ttlMs;
+    if (directive.mode === Mode.SHADOW) this.shadow = true;
+    else if (directive.mode === Mode.ENFORCE) this.shadow = false;
+    else this.shadow = this.context.defaultShadow;
+    this.sizeGuard(nowMs);
+    this.refresh(nowMs);
+    return true;
+  }
+
+  sizeGuard(nowMs: number): void {
+    const guard = this.context.burstGuard;
+    if (!guard) return;
+    const shareRps = hostShareRps(
+      this.limitRps,
+      this.recentOfferedRps,
+      this.globalOfferedRps,
+      guard.slackRatio,
+    );
+    const burstWindowMs = guard.burstWindowMs ?? this.context.intervalMs();
+    this.topUpGuard(nowMs);
+    this.guardRefillPerMs = shareRps / 1000;
+    this.guardCapacity = this.guardRefillPerMs * burstWindowMs;
+    if (this.guardTokens > this.guardCapacity) this.guardTokens = this.guardCapacity;
+  }
+
+  /** Re-evaluate the stale policy and guard arming at `nowMs` (reporter tick and directive arrival). */
+  refresh(nowMs: number): void {
+    if (!this.hasDirective) {
+      this.effectiveRatio = 0;
+      this.guarded = false;
+      return;
+    }
+    const policy = this.context.stalePolicy();
+    this.effectiveRatio = staleDropRatio(policy, this.directiveRatio, this.expiresAtMs, nowMs);
+    const arm =
+      this.context.burstGuard !== undefined &&
+      !this.shadow &&
+      this.guardCapacity > 0 &&
+      directiveHeld(policy, this.expiresAtMs, nowMs);
+    if (arm) {
+      if (!this.guarded) {
+        // A freshly armed guard starts full: the share is a rate, the first burst is allowed.
+        this.guardTokens = this.guardCapacity;
+        this.guardRefilledAtMs = nowMs;
+      } else {
+        this.topUpGuard(nowMs);
+      }
+    }
+    this.guarded = arm;
+  }
+}
+
+function throwInvalidCost(cost: unknown): never {
+  throw new SpillwayError(ErrorCode.InvalidCost, `cost must be a finite number >= 0, got ${String(cost)}`, {
+    field: 'cost',
+  });
+}
+
+function finiteNonNegative(value: number): number {
+  return typeof value === 'number' && Number.isFinite(value) && value > 0 ? value : 0;
+}

@@ -1,0 +1,74 @@
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+
+/**
+ * The burst guard: a host-local token bucket per bucket, sized from the last directive, that cuts
+ * a spike inside the interval the feedback loop needs to notice it (the loop closes in about two
+ * intervals; a host that jumps 10x would otherwise overshoot for that long).
+ *
+ * Sizing, refreshed whenever a directive is applied:
+ *
+ *     hostShareRps = limitRps * hostOfferedRps / max(directive.offeredRps, hostOfferedRps) * (1 + slackRatio)
+ *     capacity     = hostShareRps * burstWindowMs / 1000
+ *
+ * The guard applies after the drop ratio, so it caps what the host admits at its proportional
+ * share of the limit plus slack. It is armed only in enforce mode, with a live (or held) directive
+ * that carries a limit, and once the host has seen traffic for the bucket: with no offered load
+ * in the last window a host has no measured share, and a guard of 0 would drop everything.
+ */
+export interface BurstGuardOptions {
+  /** Headroom over the proportional share, so normal variance between hosts is never cut. Default 0.25. */
+  slackRatio?: number;
+  /** Burst the guard lets through at once, in ms of share. Default: the report interval. */
+  burstWindowMs?: number;
+}
+
+export interface ResolvedBurstGuard {
+  slackRatio: number;
+  /** undefined: follow the report interval. */
+  burstWindowMs: number | undefined;
+}
+
+export const DEFAULT_BURST_GUARD_SLACK_RATIO = 0.25;
+
+export function resolveBurstGuard(
+  options: BurstGuardOptions | false | undefined,
+): ResolvedBurstGuard | undefined {
+  if (options === undefined || options === false) return undefined;
+  if (typeof options !== 'object' || options === null) {
+    throw new SpillwayError(ErrorCode.InvalidOption, 'burstGuard must be an options object or false', {
+      field: 'burstGuard',
+    });
+  }
+  const slackRatio = options.slackRatio ?? DEFAULT_BURST_GUARD_SLACK_RATIO;
+  if (typeof slackRatio !== 'number' || !Number.isFinite(slackRatio) || slackRatio < 0) {
+    throw new SpillwayError(ErrorCode.InvalidOption, `burstGuard.slackRatio must be a finite number >= 0`, {
+      field: 'burstGuard.slackRatio',
+    });
+  }
+  const burstWindowMs = options.burstWindowMs;
+  if (
+    burstWindowMs !== undefined &&
+    (typeof burstWindowMs !== 'number' || !Number.isFinite(burstWindowMs) || burstWindowMs <= 0)
+  ) {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `burstGuard.burstWindowMs must be a positive finite number`,
+      {
+        field: 'burstGuard.burstWindowMs',
+      },
+    );
+  }
+  return { slackRatio, burstWindowMs };
+}
+
+/** This host's share of `limitRps`, with slack; 0 when there is nothing to size from. */
+export function hostShareRps(
+  limitRps: number,
+  hostOfferedRps: number,
+  globalOfferedRps: number,
+  slackRatio: number,
+): number {
+  if (!(limitRps > 0) || !(hostOfferedRps > 0)) return 0;
+  const share = hostOfferedRps / Math.max(globalOfferedRps, hostOfferedRps);
+  return limitRps * share * (1 + slackRatio);
+}

@@ -1,0 +1,303 @@
+import { Buffer } from 'node:buffer';
+import type { Random, Scheduler } from '../core/clock.js';
+import { systemScheduler } from '../core/clock.js';
+import type { Decision, SyncLimiter } from '../core/decision.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import type { ControlClient } from '../transport/control-transport.js';
+import type { Bucket, BucketContext, BucketHandle, BucketMode } from './bucket-handle.js';
+import { BucketTable } from './bucket-table.js';
+import { type BurstGuardOptions, resolveBurstGuard } from './burst-guard.js';
+import { type GlobalLimiterLogger, Reporter, type ReporterStats } from './reporter.js';
+import {
+  DEFAULT_STALE_DECAY_MS,
+  DEFAULT_STALE_HOLD_INTERVALS,
+  type StalePolicy,
+  validateStalePolicy,
+} from './stale-policy.js';
+
+export interface GlobalLimiterOptions {
+  /** Stable identity of this host in reports (host name and pid, pod name...). At most 256 bytes. */
+  reporterId: string;
+  zone?: string;
+  region?: string;
+  /** Aggregators of this zone, in failover order. Empty: decide locally with ratio 0, report nothing. */
+  clients: ControlClient[];
+  /** Report period. Default 1000; replaced by a reply's `report_interval_ms` when present. */
+  intervalMs?: number;
+  /** Each interval is `intervalMs * (1 ± jitterRatio)`, so a fleet does not report in lockstep. Default 0.1. */
+  jitterRatio?: number;
+  /** Per-report timeout. Default: half the current interval. */
+  reportTimeoutMs?: number;
+  scheduler?: Scheduler;
+  random?: Random;
+  /** Default `{ holdMs: 3 * intervalMs, decayMs: 10_000 }`: hold, then decay linearly to 0. */
+  stalePolicy?: StalePolicy;
+  /** Buckets held at once. Default 10_000. */
+  maxBuckets?: number;
+  /** Longest bucket key, in UTF-8 bytes. Default 256 (the protocol's bound). */
+  maxKeyLength?: number;
+  /** Host-local spike cap sized from the last directive. Default false (off). */
+  burstGuard?: BurstGuardOptions | false;
+  /** Mode of a bucket before its first directive (ratio 0 either way). Default 'enforce'. */
+  defaultMode?: BucketMode;
+  logger?: GlobalLimiterLogger;
+  /** Buckets per report; the rest go in the next one (oldest counts first). Default 5_000. */
+  maxBucketsPerReport?: number;
+  /** How far back a report's window may reach after failed reports. Default 5 intervals. */
+  carryOverMaxMs?: number;
+  /** A bucket resolved by key, idle this long (no traffic, nothing pending, no fresh directive), is dropped. Default 60_000. */
+  idleExpiryMs?: number;
+}
+
+export interface BucketSnapshot {
+  key: string;
+  /** Cumulative units since the bucket was created. */
+  offered: number;
+  admitted: number;
+  /** Dropped by the ratio (enforce mode). */
+  dropped: number;
+  droppedByGuard: number;
+  /** Shadow would-drops (admitted). */
+  wouldDrop: number;
+  /** The held directive's ratio. */
+  dropRatio: number;
+  /** The ratio applied now, after the stale policy. */
+  effectiveRatio: number;
+  mode: BucketMode;
+  /** 0 before any directive. */
+  limitRps: number;
+  /** The fleet-wide offered rate in the held directive. */
+  globalOfferedRps: number;
+  /** This host's offered rate in the last reported window. */
+  hostOfferedRps: number;
+  /** Milliseconds since the held directive arrived; undefined before any. */
+  directiveAgeMs: number | undefined;
+  /** The held directive's TTL has passed (the stale policy applies). */
+  stale: boolean;
+  epoch: number;
+  version: number;
+  guardArmed: boolean;
+  guardCapacity: number;
+  guardTokens: number;
+  pinned: boolean;
+}
+
+export interface GlobalLimiterSnapshot {
+  takenAtMs: number;
+  buckets: BucketSnapshot[];
+  bucketCount: number;
+  maxBuckets: number;
+  /** Units decided by the overflow handle (new keys while the table was full), cumulative. */
+  overflowOffered: number;
+  /** Buckets expired for idleness, cumulative. */
+  bucketsExpired: number;
+  reporter: ReporterStats;
+}
+
+export interface GlobalLimiter extends SyncLimiter {
+  /** Resolve a bucket once and keep the handle: its `allow()` is the fastest decision. Validates the key. */
+  bucket(key: string): BucketHandle;
+  /** One map lookup and the handle's `allow`. */
+  allow(key: string, cost?: number): boolean;
+  limit(key: string, cost?: number): Decision;
+  /** Begin reporting every interval. */
+  start(): void;
+  /** Stop the timer; with `finalReport`, send the counts of the last window first. */
+  stop(options?: { finalReport?: boolean }): Promise<void>;
+  /** Send a report now; resolves once it settled (a failure is counted, never thrown). */
+  flush(): Promise<void>;
+  snapshot(): GlobalLimiterSnapshot;
+}
+
+export const DEFAULT_INTERVAL_MS = 1000;
+export const DEFAULT_JITTER_RATIO = 0.1;
+export const DEFAULT_MAX_BUCKETS = 10_000;
+/** The protocol bounds bucket keys at 256 bytes. */
+export const DEFAULT_GLOBAL_MAX_KEY_LENGTH = 256;
+export const DEFAULT_MAX_BUCKETS_PER_REPORT = 5_000;
+export const DEFAULT_IDLE_EXPIRY_MS = 60_000;
+
+class GlobalLimiterImpl implements GlobalLimiter {
+  readonly #map: Map<string, Bucket>;
+  readonly #table: BucketTable;
+  readonly #reporter: Reporter;
+  readonly #scheduler: Scheduler;
+
+  constructor(table: BucketTable, reporter: Reporter, scheduler: Scheduler) {
+    this.#table = table;
+    this.#map = table.map;
+    this.#reporter = reporter;
+    this.#scheduler = scheduler;
+  }
+
+  bucket(key: string): BucketHandle {
+    return this.#table.pin(key);
+  }
+
+  allow(key: string, cost?: number): boolean {
+    const bucket = this.#map.get(key);
+    return (bucket !== undefined ? bucket : this.#table.resolveForCall(key)).allow(cost);
+  }
+
+  limit(key: string, cost?: number): Decision {
+    const bucket = this.#map.get(key);
+    return (bucket !== undefined ? bucket : this.#table.resolveForCall(key)).decide(cost);
+  }
+
+  start(): void {
+    this.#reporter.start();
+  }
+
+  stop(options: { finalReport?: boolean } = {}): Promise<void> {
+    return this.#reporter.stop(options.finalReport === true);
+  }
+
+  flush(): Promise<void> {
+    return this.#reporter.flush();
+  }
+
+  snapshot(): GlobalLimiterSnapshot {
+    const nowMs = this.#scheduler.nowMs();
+    const buckets: BucketSnapshot[] = [];
+    for (const bucket of this.#map.values()) buckets.push(snapshotBucket(bucket, nowMs));
+    const overflow = this.#table.overflow;
+    return {
+      takenAtMs: nowMs,
+      buckets,
+      bucketCount: this.#map.size,
+      maxBuckets: this.#table.maxBuckets,
+      overflowOffered: overflow.totalOffered + overflow.windowOffered,
+      bucketsExpired: this.#table.expired,
+      reporter: this.#reporter.stats(),
+    };
+  }
+}
+
+function snapshotBucket(bucket: Bucket, nowMs: number): BucketSnapshot {
+  return {
+    key: bucket.key,
+    offered: bucket.totalOffered + bucket.windowOffered,
+    admitted: bucket.totalAdmitted + bucket.windowAdmitted,
+    dropped: bucket.totalDropped + bucket.windowDropped,
+    droppedByGuard: bucket.totalDroppedByGuard + bucket.windowDroppedByGuard,
+    wouldDrop: bucket.totalWouldDrop + bucket.windowWouldDrop,
+    dropRatio: bucket.directiveRatio,
+    effectiveRatio: bucket.effectiveRatio,
+    mode: bucket.mode,
+    limitRps: bucket.limitRps,
+    globalOfferedRps: bucket.globalOfferedRps,
+    hostOfferedRps: bucket.recentOfferedRps,
+    directiveAgeMs: bucket.hasDirective ? nowMs - bucket.receivedAtMs : undefined,
+    stale: bucket.hasDirective && nowMs >= bucket.expiresAtMs,
+    epoch: Number(bucket.epoch),
+    version: Number(bucket.version),
+    guardArmed: bucket.guarded,
+    guardCapacity: bucket.guardCapacity,
+    guardTokens: bucket.guardTokens,
+    pinned: bucket.pinned,
+  };
+}
+
+/**
+ * The data plane of the global rate limiter: decisions in process from a per-bucket drop ratio,
+ * usage reported every interval, directives applied from the replies. See docs/global-data-plane.md.
+ */
+export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimiter {
+  if (typeof options !== 'object' || options === null) {
+    throw invalidOption('options', 'options must be an object');
+  }
+  const reporterId = options.reporterId;
+  if (typeof reporterId !== 'string' || reporterId.length === 0 || Buffer.byteLength(reporterId) > 256) {
+    throw invalidOption('reporterId', 'reporterId must be a non-empty string of at most 256 bytes');
+  }
+  if (!Array.isArray(options.clients)) {
+    throw invalidOption('clients', 'clients must be an array of ControlClient (may be empty)');
+  }
+  const intervalMs = positiveFinite('intervalMs', options.intervalMs ?? DEFAULT_INTERVAL_MS);
+  const jitterRatio = options.jitterRatio ?? DEFAULT_JITTER_RATIO;
+  if (typeof jitterRatio !== 'number' || !(jitterRatio >= 0 && jitterRatio < 1)) {
+    throw invalidOption('jitterRatio', 'jitterRatio must be a number in [0, 1)');
+  }
+  const reportTimeoutMs =
+    options.reportTimeoutMs === undefined
+      ? undefined
+      : positiveFinite('reportTimeoutMs', options.reportTimeoutMs);
+  const maxBuckets = positiveInteger('maxBuckets', options.maxBuckets ?? DEFAULT_MAX_BUCKETS);
+  const maxKeyLength = positiveInteger('maxKeyLength', options.maxKeyLength ?? DEFAULT_GLOBAL_MAX_KEY_LENGTH);
+  const maxBucketsPerReport = positiveInteger(
+    'maxBucketsPerReport',
+    options.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT,
+  );
+  const carryOverMaxMs =
+    options.carryOverMaxMs === undefined
+      ? undefined
+      : positiveFinite('carryOverMaxMs', options.carryOverMaxMs);
+  const idleExpiryMs = positiveFinite('idleExpiryMs', options.idleExpiryMs ?? DEFAULT_IDLE_EXPIRY_MS);
+  const defaultMode = options.defaultMode ?? 'enforce';
+  if (defaultMode !== 'enforce' && defaultMode !== 'shadow') {
+    throw invalidOption('defaultMode', "defaultMode must be 'enforce' or 'shadow'");
+  }
+  for (const field of ['zone', 'region'] as const) {
+    const value = options[field];
+    if (value !== undefined && typeof value !== 'string')
+      throw invalidOption(field, `${field} must be a string`);
+  }
+  const explicitPolicy =
+    options.stalePolicy === undefined ? undefined : validateStalePolicy(options.stalePolicy);
+  const burstGuard = resolveBurstGuard(options.burstGuard);
+  const scheduler = options.scheduler ?? systemScheduler;
+  const random = options.random ?? Math.random;
+
+  let reporter: Reporter | undefined;
+  let defaultPolicy = { holdMs: DEFAULT_STALE_HOLD_INTERVALS * intervalMs, decayMs: DEFAULT_STALE_DECAY_MS };
+  const currentIntervalMs = (): number => reporter?.intervalMs ?? intervalMs;
+  const context: BucketContext = {
+    clock: scheduler,
+    // The default hold follows the interval the control plane asks for.
+    stalePolicy: () => {
+      if (explicitPolicy) return explicitPolicy;
+      const holdMs = DEFAULT_STALE_HOLD_INTERVALS * currentIntervalMs();
+      if (defaultPolicy.holdMs !== holdMs) defaultPolicy = { holdMs, decayMs: DEFAULT_STALE_DECAY_MS };
+      return defaultPolicy;
+    },
+    burstGuard,
+    intervalMs: currentIntervalMs,
+    defaultShadow: defaultMode === 'shadow',
+  };
+  const table = new BucketTable(maxBuckets, maxKeyLength, random, context);
+  reporter = new Reporter({
+    reporterId,
+    zone: options.zone ?? '',
+    region: options.region ?? '',
+    clients: [...options.clients],
+    scheduler,
+    random,
+    table,
+    intervalMs,
+    jitterRatio,
+    reportTimeoutMs,
+    maxBucketsPerReport,
+    carryOverMaxMs,
+    idleExpiryMs,
+    logger: options.logger,
+  });
+  return new GlobalLimiterImpl(table, reporter, scheduler);
+}
+
+function invalidOption(field: string, message: string): SpillwayError {
+  return new SpillwayError(ErrorCode.InvalidOption, message, { field });
+}
+
+function positiveFinite(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
+    throw invalidOption(field, `${field} must be a positive finite number, got ${String(value)}`);
+  }
+  return value;
+}
+
+function positiveInteger(field: string, value: unknown): number {
+  if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
+    throw invalidOption(field, `${field} must be a positive integer, got ${String(value)}`);
+  }
+  return value;
+}

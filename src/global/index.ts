@@ -1,0 +1,30 @@
+// `spillway/global`: the data plane of the global rate limiter.
+export type { BucketHandle, BucketMode } from './bucket-handle.js';
+export { OVERFLOW_BUCKET_KEY } from './bucket-table.js';
+export type { BurstGuardOptions } from './burst-guard.js';
+export { DEFAULT_BURST_GUARD_SLACK_RATIO, hostShareRps } from './burst-guard.js';
+export { isNewerDirective } from './directive-order.js';
+export type {
+  BucketSnapshot,
+  GlobalLimiter,
+  GlobalLimiterOptions,
+  GlobalLimiterSnapshot,
+} from './global-limiter.js';
+export {
+  createGlobalLimiter,
+  DEFAULT_GLOBAL_MAX_KEY_LENGTH,
+  DEFAULT_IDLE_EXPIRY_MS,
+  DEFAULT_INTERVAL_MS,
+  DEFAULT_JITTER_RATIO,
+  DEFAULT_MAX_BUCKETS,
+  DEFAULT_MAX_BUCKETS_PER_REPORT,
+} from './global-limiter.js';
+export type { GlobalLimiterLogger, ReporterStats } from './reporter.js';
+export { DEFAULT_CARRY_OVER_INTERVALS, MAX_REPORT_INTERVAL_MS, MIN_REPORT_INTERVAL_MS } from './reporter.js';
+export type { StalePolicy } from './stale-policy.js';
+export {
+  DEFAULT_STALE_DECAY_MS,
+  DEFAULT_STALE_HOLD_INTERVALS,
+  directiveHeld,
+  staleDropRatio,
+} from './stale-policy.js';
