@@ -1,0 +1,111 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Registry } from 'prom-client';
+import { formatHostPort } from '../transport/grpc-control-service.js';
+
+/** What `/healthz` reports. `ok: false` answers 503 so load balancers and orchestrators act on it. */
+export interface HealthReport {
+  ok: boolean;
+  [detail: string]: unknown;
+}
+
+export interface OpsServerOptions {
+  /** Default 127.0.0.1: metrics name every bucket, so exposing them is a deliberate choice. */
+  host?: string;
+  /** Default 0 (any free port; read the real one from `address`). */
+  port?: number;
+  registry: Registry;
+  health: () => HealthReport | Promise<HealthReport>;
+}
+
+export interface OpsServer {
+  readonly address: string;
+  readonly port: number;
+  close(): Promise<void>;
+}
+
+/**
+ * The operations endpoint every Spillway process serves: `GET /healthz` (JSON, 200 when healthy,
+ * 503 when not) and `GET /metrics` (Prometheus text format). Anything else is 404 (405 for other
+ * methods on those paths). Plain node:http: two routes do not need a framework.
+ */
+export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
+  const host = options.host ?? '127.0.0.1';
+  const { registry, health } = options;
+
+  const server = createServer((request, response) => {
+    route(request, response).catch((error: unknown) => {
+      if (!response.headersSent)
+        send(response, 500, 'text/plain; charset=utf-8', `ops endpoint failed: ${String(error)}\n`);
+      else response.destroy();
+    });
+  });
+
+  async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const path = (request.url ?? '/').split('?')[0];
+    if (path !== '/healthz' && path !== '/metrics') {
+      send(response, 404, 'text/plain; charset=utf-8', 'not found: try /healthz or /metrics\n');
+      return;
+    }
+    if (request.method !== 'GET' && request.method !== 'HEAD') {
+      response.setHeader('allow', 'GET, HEAD');
+      send(response, 405, 'text/plain; charset=utf-8', 'method not allowed\n');
+      return;
+    }
+    if (path === '/metrics') {
+      send(response, 200, registry.contentType, await registry.metrics(), request.method === 'HEAD');
+      return;
+    }
+    let report: HealthReport;
+    try {
+      report = await health();
+    } catch (error) {
+      report = { ok: false, error: error instanceof Error ? error.message : String(error) };
+    }
+    send(
+      response,
+      report.ok ? 200 : 503,
+      'application/json',
+      `${JSON.stringify(report)}\n`,
+      request.method === 'HEAD',
+    );
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+
+  let closing: Promise<void> | undefined;
+  return {
+    address: formatHostPort(host, port),
+    port,
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        server.close(() => resolve());
+        // Scrapers hold keep-alive connections; they must not delay shutdown.
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
+}
+
+function send(
+  response: ServerResponse,
+  status: number,
+  contentType: string,
+  body: string,
+  headOnly = false,
+): void {
+  response.writeHead(status, {
+    'content-type': contentType,
+    'content-length': Buffer.byteLength(body),
+    'cache-control': 'no-store',
+  });
+  response.end(headOnly ? undefined : body);
+}
