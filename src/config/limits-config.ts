@@ -165,7 +165,10 @@ function checkRule(
   const identity = rule.key !== undefined ? `key "${rule.key}"` : `template "${rule.template}"`;
   const previous = seen.get(identity);
   if (previous !== undefined) {
-    return at(rule.key !== undefined ? 'key' : 'template', `duplicate rule for ${identity} (first at buckets[${previous}])`);
+    return at(
+      rule.key !== undefined ? 'key' : 'template',
+      `duplicate rule for ${identity} (first at buckets[${previous}])`,
+    );
   }
   seen.set(identity, index);
   return undefined;
@@ -247,7 +250,8 @@ function valueAt(input: unknown, path: (string | number)[]): unknown {
 function describeValue(value: unknown): string {
   if (value === undefined) return 'nothing';
   if (value === null) return 'null';
-  if (typeof value === 'string') return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  if (typeof value === 'string')
+    return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
   if (Array.isArray(value)) return 'a list';
   if (typeof value === 'object') return 'a mapping';
   return String(value);
@@ -330,7 +334,7 @@ function locate(root: Node | null, path: (string | number)[], atKey: boolean): n
       const isLast = i === path.length - 1;
       if (isLast && atKey && isScalar(pair.key)) return pair.key.range?.[0] ?? offset;
       const value = pair.value as Node | null;
-      if (!value || !value.range) {
+      if (!value?.range) {
         offset = (pair.key as Node).range?.[0] ?? offset;
         break;
       }

@@ -1,0 +1,614 @@
+import { create } from '@bufbuild/protobuf';
+import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
+import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import {
+  type BucketUsage,
+  BucketUsageSchema,
+  type Directive,
+  DirectiveSchema,
+  type ReportRequest,
+  ReportRequestSchema,
+  type ReportResponse,
+  ReportResponseSchema,
+  Tier,
+} from '../gen/spillway/v1/control_pb.js';
+import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
+import { type ControlLogger, silentLogger } from './control-logger.js';
+import { RecentSequences } from './recent-sequences.js';
+import { DEFAULT_MAX_WINDOW_MS, type ReportLimits, validateReport } from './validate-report.js';
+
+export interface AggregatorOptions {
+  /** Reporter id upward and responder id downward. */
+  id: string;
+  /** Put in every forwarded report; the controller applies zone-scoped limits by it. */
+  zone: string;
+  region?: string;
+  /** Parents in failover order; the first healthy one gets each forward. The caller owns (closes) them. */
+  parents: ControlClient[];
+  /** Forward period until a parent's reply sets another. Default 1000 ms. */
+  intervalMs?: number;
+  /** Per attempt. Default half the interval. */
+  reportTimeoutMs?: number;
+  scheduler?: Scheduler;
+  /** For forward jitter. Default Math.random. */
+  random?: Random;
+  /** Forward delay is the interval times 1 ± jitterRatio. Default 0.1. */
+  jitterRatio?: number;
+  /** A host that missed reports keeps counting at its last rate this long. Default 2.5 intervals. */
+  hostGraceMs?: number;
+  /** A host silent this long is forgotten. Default 10 intervals. */
+  hostExpiryMs?: number;
+  /** A parent that failed is tried after healthy ones for this long. Default 5 intervals. */
+  parentBackoffMs?: number;
+  /** Most hosts tracked; a new host past it is refused (ERR_SPILLWAY_CAPACITY_EXCEEDED). Default 10,000. */
+  maxHosts?: number;
+  /** Most bucket keys tracked; new keys past it are neither forwarded nor answered. Default 100,000. */
+  maxBuckets?: number;
+  reportLimits?: ReportLimits;
+  /** Sent upward in `auth_token`. */
+  authToken?: string;
+  logger?: ControlLogger;
+}
+
+export interface AggregatorHostSnapshot {
+  id: string;
+  zone: string;
+  tier: Tier;
+  hostCount: number;
+  lastSeenMs: number;
+  buckets: number;
+  /** Within the grace period, so counted in forwards. */
+  counted: boolean;
+}
+
+export interface AggregatorBucketSnapshot {
+  key: string;
+  /** Sums over counted hosts, as the next forward would send them. */
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+  hosts: number;
+  directive?: {
+    dropRatio: number;
+    mode: number;
+    limitRps: number;
+    epoch: number;
+    version: number;
+    /** TTL left as a host would receive it now (0 = stale, not sent). */
+    remainingTtlMs: number;
+  };
+}
+
+export interface AggregatorCounters {
+  reports: number;
+  duplicateReports: number;
+  rejectedReports: Record<string, number>;
+  forwards: number;
+  /** Forwards every parent refused or timed out. */
+  forwardFailures: number;
+  /** Single attempts that failed (one forward may fail over several times). */
+  parentFailures: number;
+  /** Timer firings skipped because the previous forward was still in flight. */
+  skippedForwards: number;
+  /** Directives ignored as older (epoch, version) than the one cached. */
+  staleDirectives: number;
+  bucketsOverCapacity: number;
+  expiredHosts: number;
+}
+
+export interface AggregatorSnapshot {
+  id: string;
+  zone: string;
+  nowMs: number;
+  intervalMs: number;
+  hosts: AggregatorHostSnapshot[];
+  buckets: AggregatorBucketSnapshot[];
+  parents: { target: string; healthy: boolean }[];
+  lastForward?: { sequence: number; atMs: number; buckets: number; hostCount: number; target?: string };
+  counters: AggregatorCounters;
+}
+
+export interface Aggregator {
+  /** Accepts one report, replies with the cached directives for its buckets. Never waits on a parent. */
+  handleReport: ReportHandler;
+  start(): void;
+  /** Stops the timer and waits for an in-flight forward to settle. */
+  stop(): Promise<void>;
+  /** Forward now (after the one in flight, if any). */
+  flush(): Promise<void>;
+  snapshot(): AggregatorSnapshot;
+}
+
+interface CachedDirective {
+  received: Directive;
+  receivedAtMs: number;
+  epoch: bigint;
+  version: bigint;
+  /** A copy with the TTL left at `relayedAtMs`, shared by replies until refreshed. */
+  relayed: Directive;
+  relayedAtMs: number;
+}
+
+interface BucketEntry {
+  key: string;
+  removed: boolean;
+  lastReportedMs: number;
+  directive: CachedDirective | undefined;
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+  hosts: number;
+}
+
+interface HostUsage {
+  bucket: BucketEntry;
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+}
+
+interface HostState {
+  id: string;
+  zone: string;
+  tier: Tier;
+  hostCount: number;
+  lastSeenMs: number;
+  sequences: RecentSequences;
+  usage: HostUsage[];
+}
+
+/**
+ * Relayed TTLs are refreshed at most this often: replies share one directive object per bucket, and
+ * a host may see a TTL up to this much longer than exact. Small next to any sane TTL (seconds).
+ */
+const RELAY_REFRESH_MS = 50;
+const MIN_INTERVAL_MS = 100;
+const MAX_INTERVAL_MS = 60_000;
+
+/**
+ * A zone aggregator: sums the latest rate of every host (or lower aggregator), forwards the zone's
+ * usage to a parent as one report per interval, and relays the parent's directives down.
+ *
+ * Flush triggers: the jittered interval timer, or `flush()`. At most one forward is in flight; a
+ * timer firing while one is in flight is skipped (counted). Host reports are answered from the
+ * directive cache synchronously, so a slow or dead parent never delays or fails a host; the
+ * relayed TTL shrinks with the directive's age, so hosts' stale policies see the truth.
+ *
+ * Sums are associative: several aggregators may share a zone's hosts, and an aggregator's parent
+ * may be another aggregator (zone -> region -> controller).
+ */
+export function createAggregator(options: AggregatorOptions): Aggregator {
+  const scheduler = options.scheduler ?? systemScheduler;
+  const random = options.random ?? Math.random;
+  const logger = options.logger ?? silentLogger;
+  const jitterRatio = options.jitterRatio ?? 0.1;
+  const maxHosts = options.maxHosts ?? 10_000;
+  const maxBuckets = options.maxBuckets ?? 100_000;
+  const reportLimits = options.reportLimits ?? {};
+  const configuredIntervalMs = options.intervalMs ?? 1000;
+  if (options.parents.length === 0) {
+    throw new SpillwayError(ErrorCode.InvalidOption, 'aggregator needs at least one parent', {
+      field: 'parents',
+    });
+  }
+
+  let intervalMs = configuredIntervalMs;
+  const hosts = new Map<string, HostState>();
+  const buckets = new Map<string, BucketEntry>();
+  const parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
+  let sequence = 0n;
+  let lastForwardEndMs = scheduler.nowMs();
+  let lastForward: AggregatorSnapshot['lastForward'];
+  let inFlight: Promise<void> | undefined;
+  let timer: Cancellable | undefined;
+  let running = false;
+  let capacityWarned = false;
+
+  const counters: AggregatorCounters = {
+    reports: 0,
+    duplicateReports: 0,
+    rejectedReports: {},
+    forwards: 0,
+    forwardFailures: 0,
+    parentFailures: 0,
+    skippedForwards: 0,
+    staleDirectives: 0,
+    bucketsOverCapacity: 0,
+    expiredHosts: 0,
+  };
+
+  const hostGraceMs = () => options.hostGraceMs ?? 2.5 * intervalMs;
+  const hostExpiryMs = () => options.hostExpiryMs ?? 10 * intervalMs;
+  const timeoutMs = () => options.reportTimeoutMs ?? Math.max(1, intervalMs / 2);
+
+  function reject(error: unknown): never {
+    const code = isSpillwayError(error) ? error.code : 'ERR_UNKNOWN';
+    counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
+    throw error;
+  }
+
+  function expire(nowMs: number): void {
+    const expiry = hostExpiryMs();
+    for (const [id, host] of hosts) {
+      if (nowMs - host.lastSeenMs > expiry) {
+        hosts.delete(id);
+        counters.expiredHosts++;
+      }
+    }
+  }
+
+  function handleReport(request: ReportRequest, _context: ReportContext): ReportResponse {
+    try {
+      validateReport(request, reportLimits);
+    } catch (error) {
+      reject(error);
+    }
+    const nowMs = scheduler.nowMs();
+    let host = hosts.get(request.reporterId);
+    if (!host) {
+      if (hosts.size >= maxHosts) expire(nowMs);
+      if (hosts.size >= maxHosts) {
+        reject(
+          new SpillwayError(ErrorCode.CapacityExceeded, `aggregator tracks ${maxHosts} hosts already`, {
+            field: 'reporterId',
+            maxHosts,
+          }),
+        );
+      }
+      host = {
+        id: request.reporterId,
+        zone: request.zone,
+        tier: request.tier,
+        hostCount: 0,
+        lastSeenMs: nowMs,
+        sequences: new RecentSequences(),
+        usage: [],
+      };
+      hosts.set(host.id, host);
+    }
+    counters.reports++;
+    host.lastSeenMs = nowMs;
+    if (host.sequences.has(request.sequence)) {
+      counters.duplicateReports++;
+    } else {
+      host.sequences.add(request.sequence);
+      host.zone = request.zone;
+      host.tier = request.tier;
+      host.hostCount = request.tier === Tier.HOST ? Math.max(1, request.hostCount) : request.hostCount;
+      const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
+      const usage: HostUsage[] = [];
+      for (const entry of request.buckets) {
+        let bucket = buckets.get(entry.bucket);
+        if (!bucket) {
+          if (buckets.size >= maxBuckets) {
+            counters.bucketsOverCapacity++;
+            if (!capacityWarned) {
+              capacityWarned = true;
+              logger.warn(
+                { aggregator: options.id, maxBuckets },
+                'control: bucket bound reached, new keys ignored',
+              );
+            }
+            continue;
+          }
+          bucket = {
+            key: entry.bucket,
+            removed: false,
+            lastReportedMs: nowMs,
+            directive: undefined,
+            offeredRps: 0,
+            admittedRps: 0,
+            wouldDropRps: 0,
+            hosts: 0,
+          };
+          buckets.set(bucket.key, bucket);
+        }
+        bucket.lastReportedMs = nowMs;
+        usage.push({
+          bucket,
+          offeredRps: entry.offered * perSecond,
+          admittedRps: entry.admitted * perSecond,
+          wouldDropRps: entry.wouldDrop * perSecond,
+        });
+      }
+      host.usage = usage;
+    }
+    const directives: Directive[] = [];
+    for (const usage of host.usage) {
+      const directive = relay(usage.bucket, nowMs);
+      if (directive) directives.push(directive);
+    }
+    return create(ReportResponseSchema, {
+      directives,
+      reportIntervalMs: intervalMs,
+      epoch: newestEpoch(host),
+      responderId: options.id,
+    });
+  }
+
+  function newestEpoch(host: HostState): bigint {
+    let epoch = 0n;
+    for (const usage of host.usage) {
+      const cached = usage.bucket.directive;
+      if (cached && cached.epoch > epoch) epoch = cached.epoch;
+    }
+    return epoch;
+  }
+
+  /** The cached directive with the TTL it has left, or undefined when stale or absent. */
+  function relay(bucket: BucketEntry, nowMs: number): Directive | undefined {
+    const cached = bucket.directive;
+    if (!cached) return undefined;
+    const remainingMs = cached.received.ttlMs - (nowMs - cached.receivedAtMs);
+    if (remainingMs <= 0) return undefined;
+    if (nowMs - cached.relayedAtMs >= RELAY_REFRESH_MS) {
+      cached.relayed = create(DirectiveSchema, {
+        bucket: cached.received.bucket,
+        dropRatio: cached.received.dropRatio,
+        mode: cached.received.mode,
+        limitRps: cached.received.limitRps,
+        offeredRps: cached.received.offeredRps,
+        epoch: cached.received.epoch,
+        version: cached.received.version,
+        ttlMs: Math.floor(remainingMs),
+      });
+      cached.relayedAtMs = nowMs;
+    }
+    return cached.relayed;
+  }
+
+  /** Sum counted hosts into bucket entries; drop expired hosts and idle buckets. */
+  function sum(nowMs: number): { hostCount: number } {
+    expire(nowMs);
+    for (const bucket of buckets.values()) {
+      bucket.offeredRps = 0;
+      bucket.admittedRps = 0;
+      bucket.wouldDropRps = 0;
+      bucket.hosts = 0;
+    }
+    const grace = hostGraceMs();
+    let hostCount = 0;
+    for (const host of hosts.values()) {
+      if (nowMs - host.lastSeenMs > grace) continue;
+      hostCount += host.hostCount;
+      for (const usage of host.usage) {
+        const bucket = usage.bucket;
+        if (bucket.removed) continue;
+        bucket.offeredRps += usage.offeredRps;
+        bucket.admittedRps += usage.admittedRps;
+        bucket.wouldDropRps += usage.wouldDropRps;
+        bucket.hosts++;
+      }
+    }
+    const idleSinceMs = nowMs - hostExpiryMs();
+    for (const bucket of buckets.values()) {
+      if (bucket.hosts === 0 && bucket.lastReportedMs < idleSinceMs) {
+        bucket.removed = true;
+        buckets.delete(bucket.key);
+      }
+    }
+    return { hostCount };
+  }
+
+  function buildReport(nowMs: number): ReportRequest {
+    const { hostCount } = sum(nowMs);
+    // Counts are rates times this aggregator's own window, so the receiver gets the rates back
+    // whatever the window; the clamp only keeps the window valid after a long pause.
+    const windowMs = Math.min(Math.max(nowMs - lastForwardEndMs, 1), DEFAULT_MAX_WINDOW_MS);
+    const windowSec = windowMs / 1000;
+    lastForwardEndMs = nowMs;
+    const usage: BucketUsage[] = [];
+    for (const bucket of buckets.values()) {
+      if (bucket.hosts === 0) continue;
+      const offered = bucket.offeredRps * windowSec;
+      const admitted = Math.min(bucket.admittedRps * windowSec, offered);
+      usage.push(
+        create(BucketUsageSchema, {
+          bucket: bucket.key,
+          offered,
+          admitted,
+          wouldDrop: Math.min(bucket.wouldDropRps * windowSec, admitted),
+        }),
+      );
+    }
+    sequence++;
+    const endMs = BigInt(Math.floor(nowMs));
+    return create(ReportRequestSchema, {
+      reporterId: options.id,
+      tier: Tier.AGGREGATOR,
+      zone: options.zone,
+      region: options.region ?? '',
+      sequence,
+      windowStartMs: endMs - BigInt(Math.round(windowMs)),
+      windowEndMs: endMs,
+      buckets: usage,
+      hostCount,
+      authToken: options.authToken ?? '',
+    });
+  }
+
+  function applyResponse(response: ReportResponse): void {
+    const nowMs = scheduler.nowMs();
+    if (response.reportIntervalMs > 0) {
+      intervalMs = Math.min(Math.max(response.reportIntervalMs, MIN_INTERVAL_MS), MAX_INTERVAL_MS);
+    }
+    for (const directive of response.directives) {
+      const bucket = buckets.get(directive.bucket);
+      if (!bucket) continue;
+      const cached = bucket.directive;
+      const cachedFresh = cached !== undefined && nowMs - cached.receivedAtMs < cached.received.ttlMs;
+      if (
+        cached &&
+        cachedFresh &&
+        (directive.epoch < cached.epoch ||
+          (directive.epoch === cached.epoch && directive.version < cached.version))
+      ) {
+        counters.staleDirectives++;
+        continue;
+      }
+      bucket.directive = {
+        received: directive,
+        receivedAtMs: nowMs,
+        epoch: directive.epoch,
+        version: directive.version,
+        relayed: directive,
+        relayedAtMs: nowMs,
+      };
+    }
+  }
+
+  /** Healthy parents in configured order, then the ones backing off (a last resort beats no report). */
+  function parentOrder(nowMs: number): number[] {
+    const healthy: number[] = [];
+    const backingOff: number[] = [];
+    for (let i = 0; i < options.parents.length; i++) {
+      (parentDownUntilMs[i]! <= nowMs ? healthy : backingOff).push(i);
+    }
+    return [...healthy, ...backingOff];
+  }
+
+  async function forward(): Promise<void> {
+    const request = buildReport(scheduler.nowMs());
+    counters.forwards++;
+    for (const index of parentOrder(scheduler.nowMs())) {
+      const parent = options.parents[index]!;
+      try {
+        const response = await parent.report(request, { timeoutMs: timeoutMs() });
+        parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
+        applyResponse(response);
+        lastForward = {
+          sequence: Number(request.sequence),
+          atMs: scheduler.nowMs(),
+          buckets: request.buckets.length,
+          hostCount: request.hostCount,
+          target: parent.target,
+        };
+        return;
+      } catch (error) {
+        counters.parentFailures++;
+        const wasHealthy = parentDownUntilMs[index]! <= scheduler.nowMs();
+        parentDownUntilMs[index] = scheduler.nowMs() + (options.parentBackoffMs ?? 5 * intervalMs);
+        if (wasHealthy) {
+          logger.warn(
+            { aggregator: options.id, parent: parent.target, error: (error as Error).message },
+            'control: parent failed, failing over',
+          );
+        }
+      }
+    }
+    counters.forwardFailures++;
+    lastForward = {
+      sequence: Number(request.sequence),
+      atMs: scheduler.nowMs(),
+      buckets: request.buckets.length,
+      hostCount: request.hostCount,
+    };
+  }
+
+  function startForward(): Promise<void> {
+    const run = forward().finally(() => {
+      if (inFlight === run) inFlight = undefined;
+    });
+    inFlight = run;
+    return run;
+  }
+
+  function schedule(): void {
+    const delayMs = intervalMs * (1 + jitterRatio * (2 * random() - 1));
+    timer = scheduler.setTimeout(() => {
+      if (!running) return;
+      if (inFlight) counters.skippedForwards++;
+      else void startForward();
+      schedule();
+    }, delayMs);
+  }
+
+  async function flush(): Promise<void> {
+    while (inFlight) await inFlight;
+    await startForward();
+  }
+
+  function snapshot(): AggregatorSnapshot {
+    const nowMs = scheduler.nowMs();
+    const grace = hostGraceMs();
+    const sums = new Map<BucketEntry, AggregatorBucketSnapshot>();
+    for (const bucket of buckets.values()) {
+      const out: AggregatorBucketSnapshot = {
+        key: bucket.key,
+        offeredRps: 0,
+        admittedRps: 0,
+        wouldDropRps: 0,
+        hosts: 0,
+      };
+      const cached = bucket.directive;
+      if (cached) {
+        out.directive = {
+          dropRatio: cached.received.dropRatio,
+          mode: cached.received.mode,
+          limitRps: cached.received.limitRps,
+          epoch: Number(cached.epoch),
+          version: Number(cached.version),
+          remainingTtlMs: Math.max(0, cached.received.ttlMs - (nowMs - cached.receivedAtMs)),
+        };
+      }
+      sums.set(bucket, out);
+    }
+    const hostList: AggregatorHostSnapshot[] = [];
+    for (const host of hosts.values()) {
+      const counted = nowMs - host.lastSeenMs <= grace;
+      hostList.push({
+        id: host.id,
+        zone: host.zone,
+        tier: host.tier,
+        hostCount: host.hostCount,
+        lastSeenMs: host.lastSeenMs,
+        buckets: host.usage.length,
+        counted,
+      });
+      if (!counted) continue;
+      for (const usage of host.usage) {
+        const out = sums.get(usage.bucket);
+        if (!out) continue;
+        out.offeredRps += usage.offeredRps;
+        out.admittedRps += usage.admittedRps;
+        out.wouldDropRps += usage.wouldDropRps;
+        out.hosts++;
+      }
+    }
+    const byKey = <T extends { key?: string; id?: string }>(a: T, b: T) => {
+      const x = a.key ?? a.id ?? '';
+      const y = b.key ?? b.id ?? '';
+      return x < y ? -1 : x > y ? 1 : 0;
+    };
+    const snap: AggregatorSnapshot = {
+      id: options.id,
+      zone: options.zone,
+      nowMs,
+      intervalMs,
+      hosts: hostList.sort(byKey),
+      buckets: [...sums.values()].sort(byKey),
+      parents: options.parents.map((p, i) => ({ target: p.target, healthy: parentDownUntilMs[i]! <= nowMs })),
+      counters: { ...counters, rejectedReports: { ...counters.rejectedReports } },
+    };
+    if (lastForward) snap.lastForward = { ...lastForward };
+    return snap;
+  }
+
+  return {
+    handleReport,
+    start() {
+      if (running) return;
+      running = true;
+      lastForwardEndMs = scheduler.nowMs();
+      schedule();
+    },
+    async stop() {
+      running = false;
+      timer?.cancel();
+      timer = undefined;
+      while (inFlight) await inFlight.catch(() => {});
+    },
+    flush,
+    snapshot,
+  };
+}

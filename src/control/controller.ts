@@ -1,0 +1,596 @@
+import { create } from '@bufbuild/protobuf';
+import {
+  type CompiledLimits,
+  compileLimits,
+  matchBucket,
+  type ResolvedBucket,
+} from '../config/compile-limits.js';
+import type { LimitsConfig, RatioPolicySpec } from '../config/limits-config.js';
+import { type Cancellable, type Scheduler, systemScheduler } from '../core/clock.js';
+import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import {
+  type Directive,
+  DirectiveSchema,
+  Mode,
+  type ReportRequest,
+  type ReportResponse,
+  ReportResponseSchema,
+  Tier,
+} from '../gen/spillway/v1/control_pb.js';
+import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
+import { type ControlLogger, silentLogger } from './control-logger.js';
+import { createRatioPolicy, type RatioPolicy } from './ratio-policy.js';
+import { RecentSequences } from './recent-sequences.js';
+import { type ReportLimits, validateReport } from './validate-report.js';
+
+export interface ControllerOptions {
+  /** Responder identity put in every reply. */
+  id: string;
+  config: LimitsConfig;
+  scheduler?: Scheduler;
+  /** This controller generation's identity. Default: `scheduler.nowMs()` at creation (a restart wins). */
+  epoch?: number;
+  /** A child (host or aggregator) silent this long stops counting. Default 3 intervals. */
+  childExpiryMs?: number;
+  /** A bucket nobody reported this long is forgotten, smoothing memory included. Default 10 intervals. */
+  bucketExpiryMs?: number;
+  /** Most buckets tracked; new keys past it get no directive and are counted. Default 200,000. */
+  maxBuckets?: number;
+  /** Most children tracked; a new child past it is refused (ERR_SPILLWAY_CAPACITY_EXCEEDED). Default 10,000. */
+  maxChildren?: number;
+  /** How many distinct unknown bucket keys the snapshot lists (the count is exact). Default 64. */
+  maxUnknownKeys?: number;
+  reportLimits?: ReportLimits;
+  logger?: ControlLogger;
+  /** Overrides `config.ratioPolicy` (and the default); kept across `updateConfig`. */
+  ratioPolicy?: RatioPolicy;
+}
+
+export interface ControllerBucketZoneSnapshot {
+  zone: string;
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+  dropRatio: number;
+  children: number;
+}
+
+export interface ControllerBucketSnapshot {
+  key: string;
+  /** The rule that matched: the key itself or a template. */
+  rule: string;
+  limitRps: number;
+  mode: 'enforce' | 'shadow';
+  scope: 'global' | 'zone';
+  /** Totals over all zones at the last tick. */
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+  /** Global scope: the bucket's ratio. Zone scope: the highest zone ratio. */
+  dropRatio: number;
+  /** Fresh children that reported the bucket at the last tick. */
+  children: number;
+  /** Zone scope only, sorted by zone. */
+  zones?: ControllerBucketZoneSnapshot[];
+}
+
+export interface ControllerChildSnapshot {
+  id: string;
+  tier: Tier;
+  zone: string;
+  region: string;
+  lastSeenMs: number;
+  hostCount: number;
+  buckets: number;
+  /** Last accepted sequence. */
+  sequence: number;
+}
+
+export interface ControllerCounters {
+  /** Reports accepted (duplicates included, rejected ones not). */
+  reports: number;
+  /** Reports whose (reporterId, sequence) was already counted. */
+  duplicateReports: number;
+  /** Refused reports by error code. */
+  rejectedReports: Record<string, number>;
+  /** Bucket entries in reports that matched no rule. */
+  unknownBuckets: number;
+  /** New bucket keys refused because `maxBuckets` was reached. */
+  bucketsOverCapacity: number;
+  /** New template instances refused because the template's `maxInstances` was reached. */
+  instancesOverCapacity: number;
+  expiredChildren: number;
+  expiredBuckets: number;
+  ticks: number;
+}
+
+export interface ControllerSnapshot {
+  id: string;
+  epoch: number;
+  /** Ticks so far in this epoch; directives carry it. */
+  version: number;
+  nowMs: number;
+  intervalMs: number;
+  ratioPolicy: RatioPolicySpec;
+  /** Sorted by key. */
+  buckets: ControllerBucketSnapshot[];
+  /** Sorted by id. */
+  children: ControllerChildSnapshot[];
+  /** Up to `maxUnknownKeys` distinct unknown keys seen (oldest first). */
+  unknownBucketKeys: string[];
+  counters: ControllerCounters;
+}
+
+export interface Controller {
+  /** Accepts one report, replies with directives for its buckets. Throws SpillwayError to refuse it. */
+  handleReport: ReportHandler;
+  /** Recompute ratios every `config.intervalMs` on the scheduler. */
+  start(): void;
+  stop(): void;
+  /** Recompute every ratio now (the timer calls this). */
+  tick(): void;
+  /** Swap limits; per-bucket state (smoothing memory) survives for buckets that still match a rule. */
+  updateConfig(config: LimitsConfig): void;
+  snapshot(): ControllerSnapshot;
+  readonly epoch: number;
+}
+
+/** Sums of fresh children's rates for a bucket (or one zone of it), and the ratio computed from them. */
+interface Group {
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+  children: number;
+  dropRatio: number;
+  policyState: unknown;
+  /** Limit and mode the ratio was computed with (a reload between ticks does not mix them). */
+  limitRps: number;
+  mode: Mode;
+  computed: boolean;
+  /** Built on first request after a tick, shared by every reply until the next tick. */
+  directive: Directive | undefined;
+}
+
+interface BucketState {
+  key: string;
+  resolved: ResolvedBucket;
+  removed: boolean;
+  lastReportedMs: number;
+  /** Global scope: the one group. Zone scope: the all-zone totals (never sent). */
+  total: Group;
+  zones: Map<string, Group> | undefined;
+}
+
+interface ChildUsage {
+  bucket: BucketState;
+  offeredRps: number;
+  admittedRps: number;
+  wouldDropRps: number;
+}
+
+interface ChildState {
+  id: string;
+  tier: Tier;
+  zone: string;
+  region: string;
+  hostCount: number;
+  lastSeenMs: number;
+  sequences: RecentSequences;
+  usage: ChildUsage[];
+}
+
+const DEFAULT_MAX_BUCKETS = 200_000;
+const DEFAULT_MAX_CHILDREN = 10_000;
+
+/**
+ * The root of the GRL tree. Children (hosts or aggregators) report usage; each child's latest report
+ * is its current rate (count / its own window length, so clocks never need to agree). Every
+ * interval, `tick()` sums OFFERED rates over fresh children per bucket (per zone for zone-scoped
+ * buckets) and asks the ratio policy for a drop ratio. Replies carry the latest ratios.
+ *
+ * Concurrency: everything is synchronous; `handleReport` never awaits, so a report and a tick never
+ * interleave. Memory: bounded by maxChildren × (buckets per report) plus maxBuckets.
+ */
+export function createController(options: ControllerOptions): Controller {
+  const scheduler = options.scheduler ?? systemScheduler;
+  const logger = options.logger ?? silentLogger;
+  const epoch = Math.floor(options.epoch ?? scheduler.nowMs());
+  const epochBig = BigInt(epoch);
+  const maxBuckets = options.maxBuckets ?? DEFAULT_MAX_BUCKETS;
+  const maxChildren = options.maxChildren ?? DEFAULT_MAX_CHILDREN;
+  const maxUnknownKeys = options.maxUnknownKeys ?? 64;
+  const reportLimits = options.reportLimits ?? {};
+
+  let limits: CompiledLimits = compileLimits(options.config);
+  let policy: RatioPolicy = options.ratioPolicy ?? createRatioPolicy(limits.config.ratioPolicy);
+  let childExpiryMs = options.childExpiryMs ?? 3 * limits.config.intervalMs;
+  let bucketExpiryMs = options.bucketExpiryMs ?? 10 * limits.config.intervalMs;
+
+  const children = new Map<string, ChildState>();
+  const buckets = new Map<string, BucketState>();
+  /** Live instances per template, for `maxInstances`. */
+  const instances = new Map<string, number>();
+  const unknownKeys = new Set<string>();
+  let version = 0;
+  let timer: Cancellable | undefined;
+  let running = false;
+  let capacityWarned = false;
+
+  const counters: ControllerCounters = {
+    reports: 0,
+    duplicateReports: 0,
+    rejectedReports: {},
+    unknownBuckets: 0,
+    bucketsOverCapacity: 0,
+    instancesOverCapacity: 0,
+    expiredChildren: 0,
+    expiredBuckets: 0,
+    ticks: 0,
+  };
+
+  function newGroup(resolved: ResolvedBucket): Group {
+    return {
+      offeredRps: 0,
+      admittedRps: 0,
+      wouldDropRps: 0,
+      children: 0,
+      dropRatio: 0,
+      policyState: policy.createState(),
+      limitRps: resolved.limitRps,
+      mode: toMode(resolved.mode),
+      computed: false,
+      directive: undefined,
+    };
+  }
+
+  function addBucket(key: string): BucketState | undefined {
+    const resolved = matchBucket(limits, key);
+    if (!resolved) {
+      counters.unknownBuckets++;
+      if (unknownKeys.size < maxUnknownKeys) unknownKeys.add(key);
+      return undefined;
+    }
+    if (buckets.size >= maxBuckets) {
+      counters.bucketsOverCapacity++;
+      warnCapacity('maxBuckets', maxBuckets);
+      return undefined;
+    }
+    if (resolved.instance !== undefined) {
+      const live = instances.get(resolved.rule) ?? 0;
+      if (live >= (resolved.maxInstances ?? 0)) {
+        counters.instancesOverCapacity++;
+        warnCapacity(`maxInstances of ${resolved.rule}`, resolved.maxInstances ?? 0);
+        return undefined;
+      }
+      instances.set(resolved.rule, live + 1);
+    }
+    const state: BucketState = {
+      key,
+      resolved,
+      removed: false,
+      lastReportedMs: 0,
+      total: newGroup(resolved),
+      zones: resolved.scope === 'zone' ? new Map() : undefined,
+    };
+    buckets.set(key, state);
+    return state;
+  }
+
+  function removeBucket(state: BucketState): void {
+    state.removed = true;
+    buckets.delete(state.key);
+    if (state.resolved.instance !== undefined) {
+      const live = (instances.get(state.resolved.rule) ?? 1) - 1;
+      if (live > 0) instances.set(state.resolved.rule, live);
+      else instances.delete(state.resolved.rule);
+    }
+  }
+
+  function warnCapacity(bound: string, value: number): void {
+    if (capacityWarned) return;
+    capacityWarned = true;
+    logger.warn({ controller: options.id, bound, value }, 'control: bound reached, new buckets are refused');
+  }
+
+  function expireChildren(nowMs: number): void {
+    const oldestMs = nowMs - childExpiryMs;
+    for (const [id, child] of children) {
+      if (child.lastSeenMs < oldestMs) {
+        children.delete(id);
+        counters.expiredChildren++;
+      }
+    }
+  }
+
+  function reject(error: unknown): never {
+    const code = isSpillwayError(error) ? error.code : 'ERR_UNKNOWN';
+    counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
+    throw error;
+  }
+
+  function handleReport(request: ReportRequest, _context: ReportContext): ReportResponse {
+    try {
+      validateReport(request, reportLimits);
+    } catch (error) {
+      reject(error);
+    }
+    const nowMs = scheduler.nowMs();
+    let child = children.get(request.reporterId);
+    if (!child) {
+      if (children.size >= maxChildren) expireChildren(nowMs);
+      if (children.size >= maxChildren) {
+        warnCapacity('maxChildren', maxChildren);
+        reject(
+          new SpillwayError(ErrorCode.CapacityExceeded, `controller tracks ${maxChildren} children already`, {
+            field: 'reporterId',
+            maxChildren,
+          }),
+        );
+      }
+      child = {
+        id: request.reporterId,
+        tier: request.tier,
+        zone: request.zone,
+        region: request.region,
+        hostCount: 0,
+        lastSeenMs: nowMs,
+        sequences: new RecentSequences(),
+        usage: [],
+      };
+      children.set(child.id, child);
+    }
+    counters.reports++;
+    child.lastSeenMs = nowMs;
+    if (child.sequences.has(request.sequence)) {
+      counters.duplicateReports++;
+    } else {
+      child.sequences.add(request.sequence);
+      child.tier = request.tier;
+      child.zone = request.zone;
+      child.region = request.region;
+      child.hostCount = request.tier === Tier.HOST ? Math.max(1, request.hostCount) : request.hostCount;
+      const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
+      const usage: ChildUsage[] = [];
+      for (const entry of request.buckets) {
+        let bucket = buckets.get(entry.bucket);
+        if (!bucket) {
+          bucket = addBucket(entry.bucket);
+          if (!bucket) continue;
+        }
+        bucket.lastReportedMs = nowMs;
+        usage.push({
+          bucket,
+          offeredRps: entry.offered * perSecond,
+          admittedRps: entry.admitted * perSecond,
+          wouldDropRps: entry.wouldDrop * perSecond,
+        });
+      }
+      child.usage = usage;
+    }
+    return create(ReportResponseSchema, {
+      directives: directivesFor(child),
+      reportIntervalMs: limits.config.intervalMs,
+      epoch: epochBig,
+      responderId: options.id,
+    });
+  }
+
+  function directivesFor(child: ChildState): Directive[] {
+    const out: Directive[] = [];
+    for (const usage of child.usage) {
+      const bucket = usage.bucket;
+      if (bucket.removed) continue;
+      const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
+      if (!group?.computed) continue;
+      group.directive ??= create(DirectiveSchema, {
+        bucket: bucket.key,
+        dropRatio: group.dropRatio,
+        mode: group.mode,
+        limitRps: group.limitRps,
+        offeredRps: group.offeredRps,
+        epoch: epochBig,
+        version: BigInt(version),
+        ttlMs: limits.config.ttlMs,
+      });
+      out.push(group.directive);
+    }
+    return out;
+  }
+
+  function resetGroup(group: Group): void {
+    group.offeredRps = 0;
+    group.admittedRps = 0;
+    group.wouldDropRps = 0;
+    group.children = 0;
+  }
+
+  function addTo(group: Group, usage: ChildUsage): void {
+    group.offeredRps += usage.offeredRps;
+    group.admittedRps += usage.admittedRps;
+    group.wouldDropRps += usage.wouldDropRps;
+    group.children++;
+  }
+
+  function compute(group: Group, resolved: ResolvedBucket): void {
+    group.limitRps = resolved.limitRps;
+    group.mode = toMode(resolved.mode);
+    group.dropRatio = policy.nextDropRatio(group.policyState, {
+      offeredRps: group.offeredRps,
+      admittedRps: group.admittedRps - group.wouldDropRps,
+      limitRps: resolved.limitRps,
+    });
+    group.computed = true;
+    group.directive = undefined;
+  }
+
+  function tick(): void {
+    const nowMs = scheduler.nowMs();
+    expireChildren(nowMs);
+    for (const bucket of buckets.values()) {
+      resetGroup(bucket.total);
+      if (bucket.zones) for (const group of bucket.zones.values()) resetGroup(group);
+    }
+    for (const child of children.values()) {
+      for (const usage of child.usage) {
+        const bucket = usage.bucket;
+        if (bucket.removed) continue;
+        addTo(bucket.total, usage);
+        if (bucket.zones) {
+          let group = bucket.zones.get(child.zone);
+          if (!group) {
+            group = newGroup(bucket.resolved);
+            bucket.zones.set(child.zone, group);
+          }
+          addTo(group, usage);
+        }
+      }
+    }
+    version++;
+    counters.ticks++;
+    capacityWarned = false;
+    const idleSinceMs = nowMs - bucketExpiryMs;
+    for (const bucket of buckets.values()) {
+      if (bucket.total.children === 0 && bucket.lastReportedMs < idleSinceMs) {
+        removeBucket(bucket);
+        counters.expiredBuckets++;
+        continue;
+      }
+      if (bucket.zones) {
+        for (const [zone, group] of bucket.zones) {
+          // A zone whose children all expired: its memory goes with them (bounded by zones seen).
+          if (group.children === 0) bucket.zones.delete(zone);
+          else compute(group, bucket.resolved);
+        }
+        bucket.total.limitRps = bucket.resolved.limitRps;
+        bucket.total.mode = toMode(bucket.resolved.mode);
+      } else {
+        compute(bucket.total, bucket.resolved);
+      }
+    }
+  }
+
+  function schedule(): void {
+    timer = scheduler.setTimeout(() => {
+      if (!running) return;
+      tick();
+      schedule();
+    }, limits.config.intervalMs);
+  }
+
+  function updateConfig(config: LimitsConfig): void {
+    const next = compileLimits(config);
+    const previousSpec = JSON.stringify(policy.spec);
+    limits = next;
+    childExpiryMs = options.childExpiryMs ?? 3 * next.config.intervalMs;
+    bucketExpiryMs = options.bucketExpiryMs ?? 10 * next.config.intervalMs;
+    let resetMemory = false;
+    if (!options.ratioPolicy) {
+      const candidate = createRatioPolicy(next.config.ratioPolicy);
+      if (JSON.stringify(candidate.spec) !== previousSpec) {
+        policy = candidate;
+        resetMemory = true;
+      }
+    }
+    instances.clear();
+    for (const bucket of [...buckets.values()]) {
+      const resolved = matchBucket(next, bucket.key);
+      if (!resolved) {
+        removeBucket(bucket);
+        continue;
+      }
+      if (resolved.instance !== undefined)
+        instances.set(resolved.rule, (instances.get(resolved.rule) ?? 0) + 1);
+      const scopeChanged = resolved.scope !== bucket.resolved.scope;
+      bucket.resolved = resolved;
+      if (scopeChanged || resetMemory) {
+        bucket.total = newGroup(resolved);
+        bucket.zones = resolved.scope === 'zone' ? new Map() : undefined;
+      }
+    }
+    unknownKeys.clear();
+    logger.info(
+      { controller: options.id, buckets: next.config.buckets.length, policyReset: resetMemory },
+      'control: limits updated',
+    );
+  }
+
+  function snapshot(): ControllerSnapshot {
+    const bucketList: ControllerBucketSnapshot[] = [];
+    for (const bucket of buckets.values()) {
+      const total = bucket.total;
+      const out: ControllerBucketSnapshot = {
+        key: bucket.key,
+        rule: bucket.resolved.rule,
+        limitRps: bucket.resolved.limitRps,
+        mode: bucket.resolved.mode,
+        scope: bucket.resolved.scope,
+        offeredRps: total.offeredRps,
+        admittedRps: total.admittedRps,
+        wouldDropRps: total.wouldDropRps,
+        dropRatio: total.dropRatio,
+        children: total.children,
+      };
+      if (bucket.zones) {
+        out.zones = [...bucket.zones]
+          .map(([zone, group]) => ({
+            zone,
+            offeredRps: group.offeredRps,
+            admittedRps: group.admittedRps,
+            wouldDropRps: group.wouldDropRps,
+            dropRatio: group.dropRatio,
+            children: group.children,
+          }))
+          .sort((a, b) => (a.zone < b.zone ? -1 : a.zone > b.zone ? 1 : 0));
+        out.dropRatio = out.zones.reduce((max, z) => Math.max(max, z.dropRatio), 0);
+      }
+      bucketList.push(out);
+    }
+    bucketList.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    const childList: ControllerChildSnapshot[] = [...children.values()]
+      .map((child) => ({
+        id: child.id,
+        tier: child.tier,
+        zone: child.zone,
+        region: child.region,
+        lastSeenMs: child.lastSeenMs,
+        hostCount: child.hostCount,
+        buckets: child.usage.length,
+        sequence: Number(child.sequences.last),
+      }))
+      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    return {
+      id: options.id,
+      epoch,
+      version,
+      nowMs: scheduler.nowMs(),
+      intervalMs: limits.config.intervalMs,
+      ratioPolicy: policy.spec,
+      buckets: bucketList,
+      children: childList,
+      unknownBucketKeys: [...unknownKeys],
+      counters: { ...counters, rejectedReports: { ...counters.rejectedReports } },
+    };
+  }
+
+  return {
+    handleReport,
+    start() {
+      if (running) return;
+      running = true;
+      schedule();
+    },
+    stop() {
+      running = false;
+      timer?.cancel();
+      timer = undefined;
+    },
+    tick,
+    updateConfig,
+    snapshot,
+    epoch,
+  };
+}
+
+function toMode(mode: 'enforce' | 'shadow'): Mode {
+  return mode === 'shadow' ? Mode.SHADOW : Mode.ENFORCE;
+}

@@ -1,0 +1,37 @@
+export type {
+  Aggregator,
+  AggregatorBucketSnapshot,
+  AggregatorCounters,
+  AggregatorHostSnapshot,
+  AggregatorOptions,
+  AggregatorSnapshot,
+} from './aggregator.js';
+export { createAggregator } from './aggregator.js';
+export type { ControlLogger } from './control-logger.js';
+export { silentLogger } from './control-logger.js';
+export type {
+  Controller,
+  ControllerBucketSnapshot,
+  ControllerBucketZoneSnapshot,
+  ControllerChildSnapshot,
+  ControllerCounters,
+  ControllerOptions,
+  ControllerSnapshot,
+} from './controller.js';
+export { createController } from './controller.js';
+export { computeDropRatio } from './drop-ratio.js';
+export type { RatioInput, RatioPolicy } from './ratio-policy.js';
+export {
+  correctedRatioPolicy,
+  createRatioPolicy,
+  DEFAULT_RATIO_POLICY,
+  ewmaRatioPolicy,
+  plainRatioPolicy,
+} from './ratio-policy.js';
+export type { ReportLimits } from './validate-report.js';
+export {
+  DEFAULT_MAX_BUCKETS_PER_REPORT,
+  DEFAULT_MAX_REPORT_KEY_BYTES,
+  DEFAULT_MAX_WINDOW_MS,
+  validateReport,
+} from './validate-report.js';

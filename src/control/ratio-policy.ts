@@ -1,0 +1,137 @@
+import type { RatioPolicySpec } from '../config/limits-config.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { computeDropRatio } from './drop-ratio.js';
+
+/** What the controller knows about one bucket (or one zone of a zone-scoped bucket) at a tick. */
+export interface RatioInput {
+  /** Sum of fresh children's offered rates. */
+  offeredRps: number;
+  /**
+   * Sum of fresh children's admitted rates minus would-drops: what enforcement let (or would have
+   * let) through in the same windows. The `corrected` policy steers this to the limit.
+   */
+  admittedRps: number;
+  limitRps: number;
+}
+
+/**
+ * Turns offered load into a drop ratio, one bucket at a time, once per tick. A policy is a pure
+ * unit: no clock, no RNG, no I/O; its only memory is the per-bucket state it creates, which the
+ * controller keeps across ticks and config reloads. The fleet simulator compares policies by
+ * injecting them.
+ */
+export interface RatioPolicy<S = unknown> {
+  readonly spec: RatioPolicySpec;
+  createState(): S;
+  /** The ratio for this tick, in [0, 1]. May update `state` in place. */
+  nextDropRatio(state: S, input: RatioInput): number;
+}
+
+/**
+ * The default, chosen by measurement (docs/control-plane.md, bench/results/control.md): the plain
+ * ratio plus an integral correction on the admitted-vs-limit error. It removes the steady-state
+ * error the plain ratio keeps whenever the loop is not ideal (bursty load, hosts that do not
+ * apply directives) and costs little in ramps.
+ */
+export const DEFAULT_RATIO_POLICY: RatioPolicySpec = { kind: 'corrected', gain: 0.3, maxCorrection: 0.5 };
+
+export function createRatioPolicy(spec: RatioPolicySpec = DEFAULT_RATIO_POLICY): RatioPolicy {
+  switch (spec.kind) {
+    case 'plain':
+      return plainRatioPolicy();
+    case 'ewma':
+      return ewmaRatioPolicy(spec.alpha);
+    case 'corrected':
+      return correctedRatioPolicy(spec.gain, spec.maxCorrection);
+    default:
+      throw new SpillwayError(ErrorCode.InvalidOption, `unknown ratio policy ${JSON.stringify(spec)}`, {
+        field: 'ratioPolicy',
+      });
+  }
+}
+
+/** Assumes the next window equals the last: exact for constant load, overshoots during ramps. */
+export function plainRatioPolicy(): RatioPolicy<null> {
+  return {
+    spec: { kind: 'plain' },
+    createState: () => null,
+    nextDropRatio: (_state, input) => computeDropRatio(input.offeredRps, input.limitRps),
+  };
+}
+
+interface EwmaState {
+  offeredRps: number;
+  primed: boolean;
+}
+
+/**
+ * Smooths offered with an exponentially weighted moving average (weight `alpha` on the newest
+ * window) before the plain ratio: less noise in the ratio, more lag in ramps.
+ */
+export function ewmaRatioPolicy(alpha: number): RatioPolicy<EwmaState> {
+  assertUnit('alpha', alpha);
+  return {
+    spec: { kind: 'ewma', alpha },
+    createState: () => ({ offeredRps: 0, primed: false }),
+    nextDropRatio(state, input) {
+      const offered = Math.max(0, input.offeredRps);
+      state.offeredRps = state.primed ? alpha * offered + (1 - alpha) * state.offeredRps : offered;
+      state.primed = true;
+      return computeDropRatio(state.offeredRps, input.limitRps);
+    },
+  };
+}
+
+interface CorrectedState {
+  /** Relative adjustment of the limit the plain ratio aims at, in [-maxCorrection, maxCorrection]. */
+  correction: number;
+  /** Consecutive ticks the bucket has been over its limit. */
+  overloadedTicks: number;
+}
+
+/**
+ * Ticks a bucket must stay over its limit before the correction integrates: the admitted rate in
+ * the first windows of an overload was measured before any ratio reached the hosts (the loop's
+ * lag is about two intervals), and integrating it would wind the correction up.
+ */
+const SETTLE_TICKS = 2;
+
+/**
+ * The plain ratio aimed at `limit * (1 + correction)`, where `correction` integrates the relative
+ * error `(limit - admitted) / limit` with `gain` per tick while the bucket is over its limit
+ * (conditional integration is the anti-windup), and decays by `gain` per tick while it is not.
+ * With a loop delay of two ticks the integral is stable for gain < 0.6; 0.3 settles in about 5 ticks.
+ */
+export function correctedRatioPolicy(gain: number, maxCorrection: number): RatioPolicy<CorrectedState> {
+  assertUnit('gain', gain);
+  assertUnit('maxCorrection', maxCorrection);
+  return {
+    spec: { kind: 'corrected', gain, maxCorrection },
+    createState: () => ({ correction: 0, overloadedTicks: 0 }),
+    nextDropRatio(state, input) {
+      const { offeredRps, limitRps } = input;
+      if (offeredRps > limitRps && limitRps > 0) {
+        state.overloadedTicks++;
+        if (state.overloadedTicks > SETTLE_TICKS) {
+          const admitted = Math.max(0, input.admittedRps);
+          const error = (limitRps - admitted) / limitRps;
+          if (!Number.isFinite(error)) return computeDropRatio(offeredRps, limitRps * (1 + state.correction));
+          const next = state.correction + gain * error;
+          state.correction = Math.min(maxCorrection, Math.max(-maxCorrection, next));
+        }
+      } else {
+        state.overloadedTicks = 0;
+        state.correction *= 1 - gain;
+      }
+      return computeDropRatio(offeredRps, limitRps * (1 + state.correction));
+    },
+  };
+}
+
+function assertUnit(name: string, value: number): void {
+  if (!(value > 0 && value <= 1)) {
+    throw new SpillwayError(ErrorCode.InvalidOption, `${name} must be in (0, 1], got ${value}`, {
+      field: name,
+    });
+  }
+}
