@@ -9,7 +9,12 @@ interface Subcommand {
   load: () => Promise<{ run(argv: string[]): Promise<number> }>;
 }
 
-export const subcommands: Record<string, Subcommand> = {};
+export const subcommands: Record<string, Subcommand> = {
+  host: {
+    summary: 'run a data-plane host offering synthetic load to the global limiter (tests, demos)',
+    load: () => import('./host.js'),
+  },
+};
 
 export function helpText(): string {
   const names = Object.keys(subcommands).sort();

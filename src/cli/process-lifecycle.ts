@@ -1,0 +1,47 @@
+import type { Logger } from '../ops/logger.js';
+
+/**
+ * Signals for long-running subcommands: SIGTERM and SIGINT ask for a graceful shutdown (a second
+ * one exits at once), SIGHUP calls `onReload`. Resolves with the signal that asked to stop.
+ */
+export function waitForShutdown(logger: Logger, onReload?: () => void): Promise<NodeJS.Signals> {
+  return new Promise((resolve) => {
+    let stopping = false;
+    const stop = (signal: NodeJS.Signals) => {
+      if (stopping) {
+        logger.warn({ signal }, 'second signal: exiting now');
+        process.exit(1);
+      }
+      stopping = true;
+      if (onReload) process.off('SIGHUP', reload);
+      logger.info({ signal }, 'shutting down');
+      resolve(signal);
+    };
+    const reload = () => onReload?.();
+    process.on('SIGTERM', stop);
+    process.on('SIGINT', stop);
+    if (onReload) process.on('SIGHUP', reload);
+  });
+}
+
+/**
+ * Runs `close` (the graceful part) and bounds it: a shutdown that takes longer than `boundMs` is
+ * logged and the process exits anyway, so an orchestrator's stop never hangs.
+ */
+export async function shutdownWithin(
+  logger: Logger,
+  boundMs: number,
+  close: () => Promise<void>,
+): Promise<void> {
+  const guard = setTimeout(() => {
+    logger.error({ boundMs }, 'graceful shutdown timed out: exiting');
+    process.exit(1);
+  }, boundMs);
+  try {
+    await close();
+  } finally {
+    clearTimeout(guard);
+  }
+  // Nothing should keep the loop alive now; if something does, do not wait for it forever.
+  setTimeout(() => process.exit(process.exitCode ?? 0), 2_000).unref();
+}
