@@ -36,7 +36,7 @@ export interface BucketRule {
 export type RatioPolicySpec =
   | { kind: 'plain' }
   | { kind: 'ewma'; alpha: number }
-  | { kind: 'corrected'; gain: number; maxCorrection: number };
+  | { kind: 'corrected'; gain: number; maxCorrection: number; offeredAlpha?: number };
 
 export interface LimitsConfig {
   version: 1;
@@ -73,8 +73,9 @@ const ratioPolicySchema = z.discriminatedUnion('kind', [
   z.strictObject({ kind: z.literal('ewma'), alpha: z.number().gt(0).max(1) }),
   z.strictObject({
     kind: z.literal('corrected'),
-    gain: z.number().gt(0).max(1).default(0.3),
+    gain: z.number().gt(0).max(1).default(0.2),
     maxCorrection: z.number().gt(0).max(1).default(0.5),
+    offeredAlpha: z.number().gt(0).max(1).optional(),
   }),
 ]);
 

@@ -29,11 +29,12 @@ export interface RatioPolicy<S = unknown> {
 
 /**
  * The default, chosen by measurement (docs/control-plane.md, bench/results/control.md): the plain
- * ratio plus an integral correction on the admitted-vs-limit error. It removes the steady-state
- * error the plain ratio keeps whenever the loop is not ideal (bursty load, hosts that do not
- * apply directives) and costs little in ramps.
+ * ratio plus an integral correction on the admitted-vs-limit error, no smoothing of offered. It
+ * removes the steady-state error the plain ratio keeps whenever the loop is not ideal (ramps,
+ * bursty load, hosts that do not apply directives), answers a step as fast as plain (smoothing
+ * offered slows that down), and costs about 0.4 points of RMS error on pure Poisson load.
  */
-export const DEFAULT_RATIO_POLICY: RatioPolicySpec = { kind: 'corrected', gain: 0.3, maxCorrection: 0.5 };
+export const DEFAULT_RATIO_POLICY: RatioPolicySpec = { kind: 'corrected', gain: 0.2, maxCorrection: 0.5 };
 
 export function createRatioPolicy(spec: RatioPolicySpec = DEFAULT_RATIO_POLICY): RatioPolicy {
   switch (spec.kind) {
@@ -42,7 +43,7 @@ export function createRatioPolicy(spec: RatioPolicySpec = DEFAULT_RATIO_POLICY):
     case 'ewma':
       return ewmaRatioPolicy(spec.alpha);
     case 'corrected':
-      return correctedRatioPolicy(spec.gain, spec.maxCorrection);
+      return correctedRatioPolicy(spec);
     default:
       throw new SpillwayError(ErrorCode.InvalidOption, `unknown ratio policy ${JSON.stringify(spec)}`, {
         field: 'ratioPolicy',
@@ -87,6 +88,9 @@ interface CorrectedState {
   correction: number;
   /** Consecutive ticks the bucket has been over its limit. */
   overloadedTicks: number;
+  /** Smoothed offered rate (equal to the last window's with offeredAlpha 1). */
+  offeredRps: number;
+  primed: boolean;
 }
 
 /**
@@ -96,34 +100,51 @@ interface CorrectedState {
  */
 const SETTLE_TICKS = 2;
 
+export interface CorrectedRatioOptions {
+  /** Share of the relative admitted-vs-limit error added to the correction per tick. */
+  gain: number;
+  /** Bound on the correction, as a fraction of the limit (anti-windup and blast-radius bound). */
+  maxCorrection: number;
+  /** EWMA weight of the newest window's offered rate; 1 (default) uses the last window as is. */
+  offeredAlpha?: number;
+}
+
 /**
  * The plain ratio aimed at `limit * (1 + correction)`, where `correction` integrates the relative
  * error `(limit - admitted) / limit` with `gain` per tick while the bucket is over its limit
  * (conditional integration is the anti-windup), and decays by `gain` per tick while it is not.
- * With a loop delay of two ticks the integral is stable for gain < 0.6; 0.3 settles in about 5 ticks.
+ * With a loop delay of two ticks the integral is stable for gain < 0.6; 0.2 settles in under 10.
  */
-export function correctedRatioPolicy(gain: number, maxCorrection: number): RatioPolicy<CorrectedState> {
+export function correctedRatioPolicy(options: CorrectedRatioOptions): RatioPolicy<CorrectedState> {
+  const { gain, maxCorrection } = options;
+  const alpha = options.offeredAlpha ?? 1;
   assertUnit('gain', gain);
   assertUnit('maxCorrection', maxCorrection);
+  assertUnit('offeredAlpha', alpha);
+  const spec: RatioPolicySpec = { kind: 'corrected', gain, maxCorrection };
+  if (alpha !== 1) spec.offeredAlpha = alpha;
   return {
-    spec: { kind: 'corrected', gain, maxCorrection },
-    createState: () => ({ correction: 0, overloadedTicks: 0 }),
+    spec,
+    createState: () => ({ correction: 0, overloadedTicks: 0, offeredRps: 0, primed: false }),
     nextDropRatio(state, input) {
-      const { offeredRps, limitRps } = input;
-      if (offeredRps > limitRps && limitRps > 0) {
+      const { limitRps } = input;
+      const offered = Math.max(0, input.offeredRps);
+      state.offeredRps = state.primed ? alpha * offered + (1 - alpha) * state.offeredRps : offered;
+      state.primed = true;
+      if (offered > limitRps && limitRps > 0) {
         state.overloadedTicks++;
-        if (state.overloadedTicks > SETTLE_TICKS) {
-          const admitted = Math.max(0, input.admittedRps);
-          const error = (limitRps - admitted) / limitRps;
-          if (!Number.isFinite(error)) return computeDropRatio(offeredRps, limitRps * (1 + state.correction));
-          const next = state.correction + gain * error;
-          state.correction = Math.min(maxCorrection, Math.max(-maxCorrection, next));
+        const error = (limitRps - Math.max(0, input.admittedRps)) / limitRps;
+        if (state.overloadedTicks > SETTLE_TICKS && Number.isFinite(error)) {
+          state.correction = Math.min(
+            maxCorrection,
+            Math.max(-maxCorrection, state.correction + gain * error),
+          );
         }
       } else {
         state.overloadedTicks = 0;
         state.correction *= 1 - gain;
       }
-      return computeDropRatio(offeredRps, limitRps * (1 + state.correction));
+      return computeDropRatio(state.offeredRps, limitRps * (1 + state.correction));
     },
   };
 }
