@@ -1,0 +1,364 @@
+// The four Spillway Redis limiters vs rate-limiter-flexible's RateLimiterRedis, on one private
+// redis-server, each through its own ioredis connection with the same (fail-fast) options.
+//
+// (a) latency: one call in flight, p50/p99 per call;
+// (b) throughput: IN_FLIGHT calls in flight, calls/s over CALLS calls spread over KEYS keys,
+//     once with limits high enough that every call is admitted, once with limit 1 so nearly every
+//     call is rejected (rate-limiter-flexible rejects by throwing a RateLimiterRes: that cost is its own).
+// Contenders run round-robin within each round, and each round uses fresh keys, so noise and Redis
+// state growth fall on all of them alike. Reported figures are medians over rounds.
+//
+// Run: node --import tsx --expose-gc bench/redis.bench.ts
+// Env: BENCH_ROUNDS (default 5), BENCH_LATENCY_CALLS (20000), BENCH_CALLS (100000),
+//      BENCH_WARMUP_CALLS (5000), BENCH_IN_FLIGHT (100), BENCH_KEYS (1000).
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { Redis, type RedisOptions } from 'ioredis';
+import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
+import {
+  createRedisFixedWindow,
+  createRedisSlidingCounter,
+  createRedisSlidingLog,
+  createRedisTokenBucket,
+  ioredisAdapter,
+  type RedisLimiter,
+} from '../src/redis/index.js';
+import { startRedis } from '../test/helpers/redis-server.js';
+
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
+const LATENCY_CALLS = Number(process.env.BENCH_LATENCY_CALLS ?? 20_000);
+const CALLS = Number(process.env.BENCH_CALLS ?? 100_000);
+const WARMUP_CALLS = Number(process.env.BENCH_WARMUP_CALLS ?? 5_000);
+const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 100);
+const KEY_COUNT = Number(process.env.BENCH_KEYS ?? 1_000);
+/** Long enough that an epoch-aligned window boundary rarely falls inside a run. */
+const WINDOW_SEC = 3600;
+/** Admitted runs: no key can reach this within a round. */
+const HIGH_LIMIT = 10_000_000;
+const COMMAND = 'node --import tsx --expose-gc bench/redis.bench.ts';
+
+/** docs/redis-operations.md, "Recommended ioredis options"; used for every contender alike. */
+const clientOptions: RedisOptions = {
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 0,
+  autoResendUnfulfilledCommands: false,
+  connectTimeout: 1_000,
+  socketTimeout: 1_000,
+  retryStrategy: (attempt) => Math.min(attempt * 50, 500),
+};
+
+/** One call; resolves with whether it was admitted. Every contender is wrapped to this shape. */
+type Call = (key: string) => Promise<boolean>;
+
+interface Contender {
+  name: string;
+  /** A limiter with a fresh key prefix, so every run starts from empty Redis state. */
+  make(limit: number, prefix: string): Call;
+  /** Calls that were not counted by Redis (timeouts, errors): must stay 0 for a fair figure. */
+  faults(): number;
+}
+
+function spillway(name: string, create: (limit: number, prefix: string) => RedisLimiter): Contender {
+  const made: RedisLimiter[] = [];
+  return {
+    name,
+    make(limit, prefix) {
+      const limiter = create(limit, prefix);
+      made.push(limiter);
+      return async (key) => (await limiter.limit(key)).allowed;
+    },
+    faults: () => made.reduce((sum, l) => sum + l.stats.timeouts + l.stats.errors, 0),
+  };
+}
+
+function rateLimiterFlexible(client: Redis): Contender {
+  let faults = 0;
+  return {
+    name: 'rate-limiter-flexible RateLimiterRedis',
+    make(limit, prefix) {
+      const limiter = new RateLimiterRedis({
+        storeClient: client,
+        keyPrefix: prefix,
+        points: limit,
+        duration: WINDOW_SEC,
+      });
+      return async (key) => {
+        try {
+          await limiter.consume(key);
+          return true;
+        } catch (rejection) {
+          if (rejection instanceof RateLimiterRes) return false;
+          faults++;
+          return true;
+        }
+      };
+    },
+    faults: () => faults,
+  };
+}
+
+async function connect(port: number): Promise<Redis> {
+  const client = new Redis({ host: '127.0.0.1', port, ...clientOptions });
+  await new Promise<void>((resolve, reject) => {
+    client.once('ready', resolve);
+    client.once('error', reject);
+  });
+  return client;
+}
+
+function percentile(sorted: Float64Array, p: number): number {
+  return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function collectGarbage(): void {
+  (globalThis as { gc?: () => void }).gc?.();
+}
+
+const keys = Array.from({ length: KEY_COUNT }, (_, i) => `tenant-${i}:route`);
+
+async function measureLatency(call: Call, calls: number): Promise<{ p50Us: number; p99Us: number }> {
+  const samples = new Float64Array(calls);
+  for (let i = 0; i < calls; i++) {
+    const startMs = performance.now();
+    await call(keys[(i * 7) % KEY_COUNT]!);
+    samples[i] = (performance.now() - startMs) * 1000;
+  }
+  samples.sort();
+  return { p50Us: percentile(samples, 0.5), p99Us: percentile(samples, 0.99) };
+}
+
+async function measureThroughput(
+  call: Call,
+  calls: number,
+): Promise<{ callsPerSec: number; admitted: number }> {
+  let next = 0;
+  let admitted = 0;
+  const worker = async () => {
+    while (next < calls) {
+      const i = next++;
+      if (await call(keys[(i * 7) % KEY_COUNT]!)) admitted++;
+    }
+  };
+  const startMs = performance.now();
+  await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
+  const elapsedMs = performance.now() - startMs;
+  return { callsPerSec: (calls / elapsedMs) * 1000, admitted };
+}
+
+interface Row {
+  contender: string;
+  latencyP50Us: number;
+  latencyP99Us: number;
+  admittedCallsPerSec: number;
+  rejectedCallsPerSec: number;
+  admittedFraction: number;
+  rejectedFraction: number;
+  faults: number;
+}
+
+async function main(): Promise<void> {
+  const server = await startRedis();
+  // Ctrl-C must not leave the private redis-server running.
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      void server.stop().finally(() => process.exit(130));
+    });
+  }
+  const clients: Redis[] = [];
+  try {
+    const info = await (async () => {
+      const c = await connect(server.port);
+      clients.push(c);
+      return String(await c.info('server'));
+    })();
+    const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
+    const client = async () => {
+      const c = await connect(server.port);
+      clients.push(c);
+      return c;
+    };
+    const windowMs = WINDOW_SEC * 1000;
+    const contenders: Contender[] = [];
+    for (const [name, create] of [
+      [
+        'spillway fixed window',
+        (redis: Redis) => (limit: number, prefix: string) =>
+          createRedisFixedWindow({ redis: ioredisAdapter(redis), prefix, limit, windowMs }),
+      ],
+      [
+        'spillway sliding log',
+        (redis: Redis) => (limit: number, prefix: string) =>
+          createRedisSlidingLog({ redis: ioredisAdapter(redis), prefix, limit, windowMs }),
+      ],
+      [
+        'spillway sliding counter',
+        (redis: Redis) => (limit: number, prefix: string) =>
+          createRedisSlidingCounter({ redis: ioredisAdapter(redis), prefix, limit, windowMs }),
+      ],
+      [
+        'spillway token bucket',
+        (redis: Redis) => (limit: number, prefix: string) =>
+          createRedisTokenBucket({
+            redis: ioredisAdapter(redis),
+            prefix,
+            capacity: limit,
+            refillPerSec: limit / WINDOW_SEC,
+          }),
+      ],
+    ] as const) {
+      const c = await client();
+      contenders.push(spillway(name, create(c)));
+    }
+    contenders.push(rateLimiterFlexible(await client()));
+
+    // Warmup: JIT, script caches (EVALSHA), connections.
+    for (const contender of contenders) {
+      await measureLatency(contender.make(HIGH_LIMIT, 'warm-a'), WARMUP_CALLS);
+      await measureThroughput(contender.make(HIGH_LIMIT, 'warm-b'), WARMUP_CALLS * 4);
+      await measureThroughput(contender.make(1, 'warm-c'), WARMUP_CALLS * 4);
+    }
+    await clients[0]!.flushall();
+
+    const samples = new Map<
+      string,
+      { p50: number[]; p99: number[]; admitted: number[]; rejected: number[] }
+    >();
+    const fractions = new Map<string, { admitted: number; rejected: number }>();
+    for (const c of contenders) samples.set(c.name, { p50: [], p99: [], admitted: [], rejected: [] });
+    for (let round = 0; round < ROUNDS; round++) {
+      // Rotate the order each round so no contender always runs first (cold) or last.
+      const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!);
+      for (const contender of order) {
+        const s = samples.get(contender.name)!;
+        collectGarbage();
+        const latency = await measureLatency(contender.make(HIGH_LIMIT, `r${round}-lat`), LATENCY_CALLS);
+        s.p50.push(latency.p50Us);
+        s.p99.push(latency.p99Us);
+        collectGarbage();
+        const admitted = await measureThroughput(contender.make(HIGH_LIMIT, `r${round}-adm`), CALLS);
+        s.admitted.push(admitted.callsPerSec);
+        collectGarbage();
+        const rejected = await measureThroughput(contender.make(1, `r${round}-rej`), CALLS);
+        s.rejected.push(rejected.callsPerSec);
+        fractions.set(contender.name, {
+          admitted: admitted.admitted / CALLS,
+          rejected: 1 - rejected.admitted / CALLS,
+        });
+        process.stdout.write(
+          `round ${round + 1}/${ROUNDS} ${contender.name}: p50 ${latency.p50Us.toFixed(0)} us, ` +
+            `${admitted.callsPerSec.toFixed(0)} admitted calls/s, ${rejected.callsPerSec.toFixed(0)} rejected calls/s\n`,
+        );
+      }
+      await clients[0]!.flushall();
+    }
+
+    const rows: Row[] = contenders.map((c) => {
+      const s = samples.get(c.name)!;
+      const f = fractions.get(c.name)!;
+      return {
+        contender: c.name,
+        latencyP50Us: median(s.p50),
+        latencyP99Us: median(s.p99),
+        admittedCallsPerSec: median(s.admitted),
+        rejectedCallsPerSec: median(s.rejected),
+        admittedFraction: f.admitted,
+        rejectedFraction: f.rejected,
+        faults: c.faults(),
+      };
+    });
+    for (const r of rows) {
+      // A figure is only meaningful if the run measured what it claims to.
+      if (r.admittedFraction !== 1) throw new Error(`${r.contender}: admitted run rejected some calls`);
+      // One admitted call per key, two if a window boundary fell inside the run.
+      if (r.rejectedFraction < 1 - (2 * KEY_COUNT) / CALLS - 1e-9)
+        throw new Error(`${r.contender}: rejected run admitted more than two calls per key`);
+    }
+    const baseline = rows.find((r) => r.contender.startsWith('rate-limiter-flexible'))!;
+    // Ratios > 1 mean Spillway is faster than RateLimiterRedis on that measure.
+    const ratios = rows
+      .filter((r) => r !== baseline)
+      .map((r) => ({
+        contender: r.contender,
+        latencyP50: baseline.latencyP50Us / r.latencyP50Us,
+        latencyP99: baseline.latencyP99Us / r.latencyP99Us,
+        admittedThroughput: r.admittedCallsPerSec / baseline.admittedCallsPerSec,
+        rejectedThroughput: r.rejectedCallsPerSec / baseline.rejectedCallsPerSec,
+      }));
+
+    const version = (pkg: string) =>
+      (JSON.parse(readFileSync(`node_modules/${pkg}/package.json`, 'utf8')) as { version: string }).version;
+    const meta = {
+      date: new Date().toISOString(),
+      node: process.version,
+      redis: redisVersion,
+      ioredis: version('ioredis'),
+      rateLimiterFlexible: version('rate-limiter-flexible'),
+      platform: `${os.type()} ${os.release()} ${os.arch()}`,
+      cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+      command: COMMAND,
+      rounds: ROUNDS,
+      latencyCalls: LATENCY_CALLS,
+      throughputCalls: CALLS,
+      inFlight: IN_FLIGHT,
+      keys: KEY_COUNT,
+      clientOptions: {
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        autoResendUnfulfilledCommands: false,
+        connectTimeout: 1000,
+        socketTimeout: 1000,
+      },
+    };
+    mkdirSync('bench/results', { recursive: true });
+    writeFileSync('bench/results/redis.json', `${JSON.stringify({ meta, rows, ratios }, null, 2)}\n`);
+
+    const n = (value: number, digits = 0) =>
+      value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+    const md = [
+      '# Redis limiters vs rate-limiter-flexible',
+      '',
+      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu}`,
+      '',
+      `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds after warmup, contenders round-robin, medians over rounds).`,
+      `One private redis-server on loopback, no persistence; each contender has its own ioredis`,
+      `connection with the same options (docs/redis-operations.md). Spillway limiters use their defaults`,
+      `(timeoutMs 100, fail-open); RateLimiterRedis its defaults (points = limit, duration ${WINDOW_SEC} s).`,
+      `Latency: 1 call in flight, ${n(LATENCY_CALLS)} calls per round over ${n(KEY_COUNT)} keys, all admitted.`,
+      `Throughput: ${IN_FLIGHT} calls in flight, ${n(CALLS)} calls per round over ${n(KEY_COUNT)} keys;`,
+      `"admitted" run with a limit no key reaches, "rejected" run with limit 1 (all but the first call per key rejected).`,
+      '',
+      '| limiter | p50 µs | p99 µs | admitted calls/s | rejected calls/s | share rejected in rejected run | faults |',
+      '|---|---:|---:|---:|---:|---:|---:|',
+      ...rows.map(
+        (r) =>
+          `| ${r.contender} | ${n(r.latencyP50Us)} | ${n(r.latencyP99Us)} | ${n(r.admittedCallsPerSec)} | ${n(r.rejectedCallsPerSec)} | ${n(r.rejectedFraction * 100, 1)}% | ${r.faults} |`,
+      ),
+      '',
+      'Speed relative to RateLimiterRedis (> 1.00 = Spillway faster; latency ratios are RLF time / Spillway time):',
+      '',
+      '| limiter | p50 latency | p99 latency | admitted throughput | rejected throughput |',
+      '|---|---:|---:|---:|---:|',
+      ...ratios.map(
+        (r) =>
+          `| ${r.contender} | ${n(r.latencyP50, 2)} | ${n(r.latencyP99, 2)} | ${n(r.admittedThroughput, 2)} | ${n(r.rejectedThroughput, 2)} |`,
+      ),
+      '',
+      `"faults" counts calls that timed out or errored (decided by policy, not counted by Redis); a`,
+      "non-zero value means that contender's figures include policy decisions and are not comparable.",
+      '',
+    ].join('\n');
+    writeFileSync('bench/results/redis.md', md);
+    process.stdout.write(`\n${md}`);
+  } finally {
+    for (const c of clients) c.disconnect();
+    await server.stop();
+  }
+}
+
+await main();
