@@ -197,7 +197,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   const buckets = new Map<string, BucketEntry>();
   const parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
   let sequence = 0n;
-  let lastForwardEndMs = scheduler.nowMs();
+  let lastForwardEndMs = Math.floor(scheduler.nowMs());
   let lastForward: AggregatorSnapshot['lastForward'];
   let inFlight: Promise<void> | undefined;
   let timer: Cancellable | undefined;
@@ -393,10 +393,12 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   function buildReport(nowMs: number): ReportRequest {
     const { hostCount } = sum(nowMs);
     // Counts are rates times this aggregator's own window, so the receiver gets the rates back
-    // whatever the window; the clamp only keeps the window valid after a long pause.
-    const windowMs = Math.min(Math.max(nowMs - lastForwardEndMs, 1), DEFAULT_MAX_WINDOW_MS);
+    // whatever the window; whole milliseconds keep counts and the wire's window consistent, and
+    // the clamp keeps the window valid after a long pause.
+    const endMs = Math.floor(nowMs);
+    const windowMs = Math.min(Math.max(endMs - lastForwardEndMs, 1), DEFAULT_MAX_WINDOW_MS);
     const windowSec = windowMs / 1000;
-    lastForwardEndMs = nowMs;
+    lastForwardEndMs = endMs;
     const usage: BucketUsage[] = [];
     for (const bucket of buckets.values()) {
       if (bucket.hosts === 0) continue;
@@ -412,15 +414,14 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       );
     }
     sequence++;
-    const endMs = BigInt(Math.floor(nowMs));
     return create(ReportRequestSchema, {
       reporterId: options.id,
       tier: Tier.AGGREGATOR,
       zone: options.zone,
       region: options.region ?? '',
       sequence,
-      windowStartMs: endMs - BigInt(Math.round(windowMs)),
-      windowEndMs: endMs,
+      windowStartMs: BigInt(endMs - windowMs),
+      windowEndMs: BigInt(endMs),
       buckets: usage,
       hostCount,
       authToken: options.authToken ?? '',
@@ -599,7 +600,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     start() {
       if (running) return;
       running = true;
-      lastForwardEndMs = scheduler.nowMs();
+      lastForwardEndMs = Math.floor(scheduler.nowMs());
       schedule();
     },
     async stop() {
