@@ -75,9 +75,11 @@ export function parseFlags(spec: CommandSpec, argv: string[]): { help: boolean; 
   try {
     parsed = parseArgs({ args: argv, options, strict: true, allowPositionals: true }) as typeof parsed;
   } catch (error) {
-    // node:util's messages are clear ("Unknown option '--x'"); keep them, drop its error-code suffix noise.
+    // node:util's first line is the clear part ("Unknown option '--x'"); the rest is advice about dashes.
+    const firstLine = (error instanceof Error ? error.message : String(error)).split('\n')[0]!;
+    const missing = /^Option '(-[^']*)' argument (?:is ambiguous|missing)/.exec(firstLine);
     throw usageError(
-      error instanceof Error ? error.message.replace(/\. To specify a positional.*$/s, '') : String(error),
+      missing ? `${missing[1]} needs a value` : firstLine.replace(/\. To specify a positional.*$/, ''),
     );
   }
   if (parsed.values.help === true) return { help: true, values: parsed.values };

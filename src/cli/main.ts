@@ -10,6 +10,14 @@ interface Subcommand {
 }
 
 export const subcommands: Record<string, Subcommand> = {
+  aggregator: {
+    summary: "run a zone aggregator: sums hosts' reports, forwards them up, relays directives down",
+    load: () => import('./aggregator.js'),
+  },
+  controller: {
+    summary: 'run the global rate limiter controller (limits file, drop ratios, directives)',
+    load: () => import('./controller.js'),
+  },
   host: {
     summary: 'run a data-plane host offering synthetic load to the global limiter (tests, demos)',
     load: () => import('./host.js'),

@@ -1,0 +1,155 @@
+import { hostname } from 'node:os';
+import { createAggregator } from '../control/aggregator.js';
+import { addAggregatorMetrics } from '../ops/aggregator-metrics.js';
+import { instrumentControlClient } from '../ops/instrument-control-client.js';
+import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
+import { createLogger, parseLogLevel } from '../ops/logger.js';
+import { createMetrics } from '../ops/metrics.js';
+import { startOpsServer } from '../ops/ops-server.js';
+import { createGrpcControlClient } from '../transport/grpc-control-client.js';
+import { startGrpcControlServer } from '../transport/grpc-control-server.js';
+import {
+  type CommandSpec,
+  listFlag,
+  numberFlag,
+  parseHostPort,
+  parseTargets,
+  runCommand,
+  stringFlag,
+} from './command-line.js';
+import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+
+export const spec: CommandSpec = {
+  name: 'aggregator',
+  summary:
+    "Run a zone aggregator: sums its hosts' reports into the zone's usage, forwards it to a parent " +
+    '(controller or regional aggregator) every interval and relays the directives back down.',
+  flags: {
+    zone: {
+      type: 'string',
+      valueName: 'zone',
+      description: 'zone this aggregator speaks for',
+      required: true,
+    },
+    parent: {
+      type: 'string',
+      multiple: true,
+      valueName: 'host:port[,host:port...]',
+      description: 'controller(s) or upper aggregator(s), in failover order',
+      required: true,
+    },
+    region: { type: 'string', valueName: 'region', description: 'region put in forwarded reports' },
+    listen: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'gRPC address for Report',
+      defaultText: '127.0.0.1:7071',
+    },
+    ops: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'address of /healthz and /metrics',
+      defaultText: '127.0.0.1:9091',
+    },
+    id: {
+      type: 'string',
+      valueName: 'id',
+      description: 'identity up and down',
+      defaultText: 'aggregator-<zone>-<hostname>-<pid>',
+    },
+    'interval-ms': {
+      type: 'string',
+      valueName: 'ms',
+      description: "forward interval until a parent's reply sets one",
+      defaultText: '1000',
+    },
+    'report-timeout-ms': {
+      type: 'string',
+      valueName: 'ms',
+      description: 'per-forward deadline',
+      defaultText: 'half the interval',
+    },
+    'log-level': {
+      type: 'string',
+      valueName: 'level',
+      description: 'fatal|error|warn|info|debug|trace|silent',
+      defaultText: 'info',
+    },
+  },
+  notes: [
+    'Set SPILLWAY_AUTH_TOKEN to require it from hosts and send it to parents.',
+    'Example: spillway aggregator --zone z1 --parent 127.0.0.1:7070 --listen 127.0.0.1:7071 --ops 127.0.0.1:9091',
+  ],
+};
+
+export function run(argv: string[]): Promise<number> {
+  return runCommand(spec, argv, async (values) => {
+    const zone = stringFlag(values, 'zone')!;
+    const parents = parseTargets('parent', listFlag(values, 'parent'));
+    const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7071');
+    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9091');
+    const id = stringFlag(values, 'id') ?? `aggregator-${zone}-${hostname()}-${process.pid}`;
+    const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 100 });
+    const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
+      ? numberFlag(values, 'report-timeout-ms', 0, { min: 1 })
+      : undefined;
+    const logger = createLogger({
+      component: 'aggregator',
+      id,
+      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
+    });
+    const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
+
+    const metrics = createMetrics({ component: 'aggregator', id });
+    const clients = parents.map((target) =>
+      instrumentControlClient(createGrpcControlClient(target, { authToken }), metrics),
+    );
+    const aggregator = createAggregator({
+      id,
+      zone,
+      region: stringFlag(values, 'region'),
+      parents: clients,
+      intervalMs,
+      reportTimeoutMs,
+      authToken,
+      logger,
+    });
+    addAggregatorMetrics(metrics, aggregator);
+    const server = await startGrpcControlServer({
+      host: listen.host,
+      port: listen.port,
+      handler: instrumentReportHandler(aggregator.handleReport, metrics),
+      authToken,
+      onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
+    });
+    const opsServer = await startOpsServer({
+      host: ops.host,
+      port: ops.port,
+      registry: metrics.registry,
+      // Hosts are answered from the directive cache whether or not a parent answers (fail open), so
+      // the process is healthy either way; the details show how the upstream side is doing.
+      health: () => {
+        const snapshot = aggregator.snapshot();
+        return {
+          ok: true,
+          zone,
+          hosts: snapshot.hosts.length,
+          parentsHealthy: snapshot.parents.filter((p) => p.healthy).length,
+          lastForwardAtMs: snapshot.lastForward?.atMs ?? null,
+        };
+      },
+    });
+    aggregator.start();
+    logger.info({ grpc: server.address, ops: opsServer.address, zone, parents }, 'listening');
+
+    await waitForShutdown(logger);
+    await shutdownWithin(logger, 10_000, async () => {
+      await server.close();
+      await aggregator.stop();
+      for (const client of clients) client.close();
+      await opsServer.close();
+      logger.info({}, 'stopped');
+    });
+    return 0;
+  });
+}

@@ -1,0 +1,178 @@
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { Counter, Gauge } from 'prom-client';
+import { parseLimitsConfig } from '../config/limits-config.js';
+import { createController } from '../control/controller.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { addControllerMetrics } from '../ops/controller-metrics.js';
+import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
+import { createLogger, parseLogLevel } from '../ops/logger.js';
+import { createMetrics } from '../ops/metrics.js';
+import { startOpsServer } from '../ops/ops-server.js';
+import { startGrpcControlServer } from '../transport/grpc-control-server.js';
+import { type CommandSpec, parseHostPort, runCommand, stringFlag } from './command-line.js';
+import { watchFile } from './file-watcher.js';
+import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+
+export const spec: CommandSpec = {
+  name: 'controller',
+  summary:
+    'Run the global rate limiter controller: holds the limits file, computes drop ratios from the ' +
+    'offered load reported by aggregators (or hosts) and answers their reports with directives.',
+  flags: {
+    config: { type: 'string', valueName: 'limits.yaml', description: 'the limits file', required: true },
+    listen: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'gRPC address for Report',
+      defaultText: '127.0.0.1:7070',
+    },
+    ops: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'address of /healthz and /metrics',
+      defaultText: '127.0.0.1:9090',
+    },
+    id: {
+      type: 'string',
+      valueName: 'id',
+      description: 'responder identity in replies',
+      defaultText: 'controller-<hostname>',
+    },
+    'log-level': {
+      type: 'string',
+      valueName: 'level',
+      description: 'fatal|error|warn|info|debug|trace|silent',
+      defaultText: 'info',
+    },
+  },
+  notes: [
+    'The limits file is reloaded on SIGHUP and when it changes on disk. A file that fails to load',
+    'keeps the previous limits in force; the error is logged and counted',
+    '(spillway_config_reloads_total{result="error"}).',
+    'Set SPILLWAY_AUTH_TOKEN to refuse reports that do not carry the same token.',
+  ],
+};
+
+export function run(argv: string[]): Promise<number> {
+  return runCommand(spec, argv, async (values) => {
+    const configPath = stringFlag(values, 'config')!;
+    const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7070');
+    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9090');
+    const id = stringFlag(values, 'id') ?? `controller-${hostname()}`;
+    const logger = createLogger({
+      component: 'controller',
+      id,
+      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
+    });
+
+    let configText = await readConfigText(configPath);
+    const controller = createController({ id, config: parseLimitsConfig(configText, configPath), logger });
+    const metrics = createMetrics({ component: 'controller', id });
+    addControllerMetrics(metrics, controller);
+    const reloads = new Counter({
+      name: 'spillway_config_reloads_total',
+      help: 'Limits file reloads, by result (ok, error: the previous limits stay in force).',
+      labelNames: ['result'],
+      registers: [metrics.registry],
+    });
+    const lastReload = new Gauge({
+      name: 'spillway_config_last_success_timestamp_seconds',
+      help: 'When the limits in force were loaded (epoch seconds).',
+      registers: [metrics.registry],
+    });
+    lastReload.set(Date.now() / 1000);
+    let lastReloadError: string | undefined;
+
+    /** Reloads one at a time; a change during a reload triggers one more after it. */
+    let reloading: Promise<void> | undefined;
+    let reloadAgain = false;
+    const reload = (trigger: 'SIGHUP' | 'file') => {
+      if (reloading) {
+        reloadAgain = true;
+        return;
+      }
+      reloading = (async () => {
+        try {
+          const text = await readConfigText(configPath);
+          // Editors fire several events per save; an unchanged file is not a reload.
+          if (trigger === 'file' && text === configText) return;
+          const config = parseLimitsConfig(text, configPath);
+          controller.updateConfig(config);
+          configText = text;
+          lastReloadError = undefined;
+          reloads.inc({ result: 'ok' });
+          lastReload.set(Date.now() / 1000);
+          logger.info({ trigger, file: configPath, buckets: config.buckets.length }, 'limits reloaded');
+        } catch (error) {
+          lastReloadError = error instanceof Error ? error.message : String(error);
+          reloads.inc({ result: 'error' });
+          logger.error(
+            { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },
+            'limits reload failed; the previous limits stay in force',
+          );
+        } finally {
+          reloading = undefined;
+          if (reloadAgain) {
+            reloadAgain = false;
+            reload(trigger);
+          }
+        }
+      })();
+    };
+
+    const server = await startGrpcControlServer({
+      host: listen.host,
+      port: listen.port,
+      handler: instrumentReportHandler(controller.handleReport, metrics),
+      authToken: process.env.SPILLWAY_AUTH_TOKEN || undefined,
+      onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
+    });
+    const opsServer = await startOpsServer({
+      host: ops.host,
+      port: ops.port,
+      registry: metrics.registry,
+      health: () => {
+        const snapshot = controller.snapshot();
+        return {
+          ok: true,
+          epoch: snapshot.epoch,
+          version: snapshot.version,
+          buckets: snapshot.buckets.length,
+          children: snapshot.children.length,
+          lastReloadError: lastReloadError ?? null,
+        };
+      },
+    });
+    controller.start();
+    const watcher = watchFile(configPath, () => reload('file'));
+    logger.info(
+      { grpc: server.address, ops: opsServer.address, config: configPath, epoch: controller.epoch },
+      'listening',
+    );
+
+    await waitForShutdown(logger, () => reload('SIGHUP'));
+    await shutdownWithin(logger, 10_000, async () => {
+      watcher.close();
+      await server.close();
+      controller.stop();
+      await reloading;
+      await opsServer.close();
+      logger.info({}, 'stopped');
+    });
+    return 0;
+  });
+}
+
+async function readConfigText(path: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (error) {
+    throw new SpillwayError(
+      ErrorCode.InvalidConfig,
+      `${path}: cannot read limits file: ${(error as Error).message}`,
+      { file: path },
+      { cause: error },
+    );
+  }
+}

@@ -1,0 +1,200 @@
+import type { ControllerSnapshot } from '../control/controller.js';
+import { Tier } from '../gen/spillway/v1/control_pb.js';
+import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
+
+type Definition = SnapshotMetricDefinition<ControllerSnapshot>;
+type Bucket = ControllerSnapshot['buckets'][number];
+
+function perBucket(name: string, help: string, value: (b: Bucket) => number): Definition {
+  return {
+    name,
+    help,
+    type: 'gauge',
+    labelNames: ['bucket'],
+    samples: (s) => s.buckets.map((b): Sample => [{ bucket: b.key }, value(b)]),
+  };
+}
+
+function perZone(
+  name: string,
+  help: string,
+  value: (z: NonNullable<Bucket['zones']>[number]) => number,
+): Definition {
+  return {
+    name,
+    help,
+    type: 'gauge',
+    labelNames: ['bucket', 'zone'],
+    samples: (s) =>
+      s.buckets.flatMap((b) =>
+        (b.zones ?? []).map((z): Sample => [{ bucket: b.key, zone: z.zone }, value(z)]),
+      ),
+  };
+}
+
+function single(
+  name: string,
+  help: string,
+  type: Definition['type'],
+  value: (s: ControllerSnapshot) => number,
+): Definition {
+  return { name, help, type, samples: (s) => [[{}, value(s)]] };
+}
+
+const TIER_NAMES: Record<number, string> = {
+  [Tier.UNSPECIFIED]: 'unspecified',
+  [Tier.HOST]: 'host',
+  [Tier.AGGREGATOR]: 'aggregator',
+  [Tier.CONTROLLER]: 'controller',
+};
+
+/**
+ * Exports a controller's view through `metrics`, read from `controller.snapshot()` at scrape time:
+ * per bucket the fleet-wide rates it computed ratios from (as of its last tick), the ratio, the
+ * limit and the mode; per zone the same for zone-scoped buckets; its children and counters.
+ */
+export function addControllerMetrics(
+  metrics: SpillwayMetrics,
+  controller: { snapshot(): ControllerSnapshot },
+): void {
+  metrics.addSnapshotMetrics(
+    () => controller.snapshot(),
+    [
+      perBucket(
+        'spillway_controller_offered_rps',
+        'Offered rate summed over fresh children at the last tick.',
+        (b) => b.offeredRps,
+      ),
+      perBucket(
+        'spillway_controller_admitted_rps',
+        'Admitted rate summed over fresh children at the last tick.',
+        (b) => b.admittedRps,
+      ),
+      perBucket(
+        'spillway_controller_would_drop_rps',
+        'Shadow would-drop rate summed over fresh children.',
+        (b) => b.wouldDropRps,
+      ),
+      perBucket(
+        'spillway_controller_drop_ratio',
+        'Drop ratio sent in directives (zone scope: the highest zone ratio).',
+        (b) => b.dropRatio,
+      ),
+      perBucket('spillway_controller_limit_rps', 'Configured limit of the bucket.', (b) => b.limitRps),
+      perBucket(
+        'spillway_controller_bucket_shadow',
+        '1 when the bucket is in shadow mode, 0 when enforcing.',
+        (b) => (b.mode === 'shadow' ? 1 : 0),
+      ),
+      perBucket(
+        'spillway_controller_bucket_children',
+        'Fresh children that reported the bucket at the last tick.',
+        (b) => b.children,
+      ),
+      perZone(
+        'spillway_controller_zone_offered_rps',
+        'Zone-scoped buckets: offered rate in the zone.',
+        (z) => z.offeredRps,
+      ),
+      perZone(
+        'spillway_controller_zone_admitted_rps',
+        'Zone-scoped buckets: admitted rate in the zone.',
+        (z) => z.admittedRps,
+      ),
+      perZone(
+        'spillway_controller_zone_drop_ratio',
+        "Zone-scoped buckets: the zone's drop ratio.",
+        (z) => z.dropRatio,
+      ),
+      {
+        name: 'spillway_controller_children',
+        help: 'Children (hosts or aggregators) tracked, by tier.',
+        type: 'gauge',
+        labelNames: ['tier'],
+        samples: (s) => {
+          const byTier = new Map<string, number>();
+          for (const c of s.children) {
+            const tier = TIER_NAMES[c.tier] ?? 'unspecified';
+            byTier.set(tier, (byTier.get(tier) ?? 0) + 1);
+          }
+          return [...byTier].map(([tier, n]): Sample => [{ tier }, n]);
+        },
+      },
+      single(
+        'spillway_controller_hosts',
+        'Data-plane hosts the children speak for (sum of host_count).',
+        'gauge',
+        (s) => s.children.reduce((n, c) => n + c.hostCount, 0),
+      ),
+      single('spillway_controller_buckets', 'Buckets tracked.', 'gauge', (s) => s.buckets.length),
+      single(
+        'spillway_controller_epoch',
+        "This controller generation's epoch (its start time in ms).",
+        'gauge',
+        (s) => s.epoch,
+      ),
+      single(
+        'spillway_controller_version',
+        'Ratio computations so far in this epoch.',
+        'gauge',
+        (s) => s.version,
+      ),
+      single(
+        'spillway_controller_interval_seconds',
+        'Reporting and computing interval from the limits file.',
+        'gauge',
+        (s) => s.intervalMs / 1000,
+      ),
+      single(
+        'spillway_controller_reports_total',
+        'Reports accepted (duplicates included).',
+        'counter',
+        (s) => s.counters.reports,
+      ),
+      single(
+        'spillway_controller_duplicate_reports_total',
+        'Reports already counted (same reporter and sequence).',
+        'counter',
+        (s) => s.counters.duplicateReports,
+      ),
+      {
+        name: 'spillway_controller_rejected_reports_total',
+        help: 'Reports refused, by error code.',
+        type: 'counter',
+        labelNames: ['code'],
+        samples: (s) => Object.entries(s.counters.rejectedReports).map(([code, n]): Sample => [{ code }, n]),
+      },
+      single(
+        'spillway_controller_unknown_buckets_total',
+        'Reported bucket entries that matched no rule.',
+        'counter',
+        (s) => s.counters.unknownBuckets,
+      ),
+      single(
+        'spillway_controller_buckets_over_capacity_total',
+        'New bucket keys refused because the bucket table was full.',
+        'counter',
+        (s) => s.counters.bucketsOverCapacity,
+      ),
+      single(
+        'spillway_controller_instances_over_capacity_total',
+        "New template instances refused by the template's maxInstances.",
+        'counter',
+        (s) => s.counters.instancesOverCapacity,
+      ),
+      single(
+        'spillway_controller_expired_children_total',
+        'Children forgotten after going silent.',
+        'counter',
+        (s) => s.counters.expiredChildren,
+      ),
+      single(
+        'spillway_controller_expired_buckets_total',
+        'Buckets forgotten after nobody reported them.',
+        'counter',
+        (s) => s.counters.expiredBuckets,
+      ),
+      single('spillway_controller_ticks_total', 'Ratio computations.', 'counter', (s) => s.counters.ticks),
+    ],
+  );
+}
