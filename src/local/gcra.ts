@@ -51,23 +51,27 @@ export function createGcra(options: GcraOptions): Gcra {
   return new LocalGcra(limit, periodMs, burst, options.clock ?? coarseClock);
 }
 
+// Numeric fields are initialised where declared so V8 keeps them unboxed (see token-bucket.ts).
 class LocalGcra implements Gcra {
-  private readonly emissionIntervalMs: number;
-  private readonly toleranceMs: number;
+  readonly limit: number = Number.NaN;
+  readonly periodMs: number = Number.NaN;
+  readonly burst: number = Number.NaN;
+  private readonly emissionIntervalMs: number = Number.NaN;
+  private readonly toleranceMs: number = Number.NaN;
   /**
    * Times are kept relative to the limiter's creation: at epoch magnitude (1.7e12 ms) a double
    * steps by 0.24 µs, too coarse to add sub-microsecond emission intervals without drift.
    */
-  private readonly originMs: number;
+  private readonly originMs: number = Number.NaN;
   /** TAT relative to `originMs`; at or before now means the limiter is full. */
   private tatMs = Number.NEGATIVE_INFINITY;
+  private readonly clock: Clock;
 
-  constructor(
-    readonly limit: number,
-    readonly periodMs: number,
-    readonly burst: number,
-    private readonly clock: Clock,
-  ) {
+  constructor(limit: number, periodMs: number, burst: number, clock: Clock) {
+    this.limit = limit;
+    this.periodMs = periodMs;
+    this.burst = burst;
+    this.clock = clock;
     this.emissionIntervalMs = periodMs / limit;
     this.toleranceMs = burst * this.emissionIntervalMs;
     this.originMs = clock.nowMs();

@@ -42,27 +42,29 @@ export function createKeyedGcra(options: KeyedGcraOptions): KeyedGcra {
   return new LocalKeyedGcra(limit, periodMs, burst, resolveKeyedOptions(options));
 }
 
+// Numeric fields are initialised where declared so V8 keeps them unboxed (see token-bucket.ts).
 class LocalKeyedGcra implements KeyedGcra, SlotStore {
-  readonly maxKeys: number;
-  private readonly emissionIntervalMs: number;
-  private readonly toleranceMs: number;
-  private readonly idleMs: number;
-  private readonly maxKeyLength: number;
+  readonly limitPerPeriod: number = Number.NaN;
+  readonly periodMs: number = Number.NaN;
+  readonly burst: number = Number.NaN;
+  readonly maxKeys: number = Number.NaN;
+  private readonly emissionIntervalMs: number = Number.NaN;
+  private readonly toleranceMs: number = Number.NaN;
+  private readonly idleMs: number = Number.NaN;
+  private readonly maxKeyLength: number = Number.NaN;
   private readonly clock: Clock;
   /** Times are relative to creation, for precision (see gcra.ts). */
-  private readonly originMs: number;
+  private readonly originMs: number = Number.NaN;
   /** Per slot: theoretical arrival time; at or before now means full (expired). */
   private tatMs = new Float64Array(0);
   /** Per slot: last call time, kept only when `idleMs` is set (otherwise TAT decides expiry). */
   private touchedMs: Float64Array | undefined;
   private readonly table: KeyTable;
 
-  constructor(
-    readonly limitPerPeriod: number,
-    readonly periodMs: number,
-    readonly burst: number,
-    options: ResolvedKeyedOptions,
-  ) {
+  constructor(limitPerPeriod: number, periodMs: number, burst: number, options: ResolvedKeyedOptions) {
+    this.limitPerPeriod = limitPerPeriod;
+    this.periodMs = periodMs;
+    this.burst = burst;
     this.maxKeys = options.maxKeys;
     this.emissionIntervalMs = periodMs / limitPerPeriod;
     this.toleranceMs = burst * this.emissionIntervalMs;

@@ -36,12 +36,15 @@ export function createKeyedTokenBucket(options: KeyedTokenBucketOptions): KeyedT
   return new LocalKeyedTokenBucket(options.capacity, options.refillPerSec, common);
 }
 
+// Numeric fields are initialised where declared so V8 keeps them unboxed (see token-bucket.ts).
 class LocalKeyedTokenBucket implements KeyedTokenBucket, SlotStore {
-  readonly maxKeys: number;
-  private readonly refillPerMs: number;
-  private readonly slackTokens: number;
-  private readonly idleMs: number;
-  private readonly maxKeyLength: number;
+  readonly capacity: number = Number.NaN;
+  readonly refillPerSec: number = Number.NaN;
+  readonly maxKeys: number = Number.NaN;
+  private readonly refillPerMs: number = Number.NaN;
+  private readonly slackTokens: number = Number.NaN;
+  private readonly idleMs: number = Number.NaN;
+  private readonly maxKeyLength: number = Number.NaN;
   private readonly clock: Clock;
   /** Per slot; may dip below 0 by at most `slackTokens` (debt, see time-slack.ts). */
   private tokens = new Float64Array(0);
@@ -49,11 +52,9 @@ class LocalKeyedTokenBucket implements KeyedTokenBucket, SlotStore {
   private lastMs = new Float64Array(0);
   private readonly table: KeyTable;
 
-  constructor(
-    readonly capacity: number,
-    readonly refillPerSec: number,
-    options: ResolvedKeyedOptions,
-  ) {
+  constructor(capacity: number, refillPerSec: number, options: ResolvedKeyedOptions) {
+    this.capacity = capacity;
+    this.refillPerSec = refillPerSec;
     this.maxKeys = options.maxKeys;
     this.refillPerMs = refillPerSec / 1000;
     this.slackTokens = this.refillPerMs * TIME_SLACK_MS;

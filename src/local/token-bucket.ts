@@ -43,19 +43,24 @@ export function createTokenBucket(options: TokenBucketOptions): TokenBucket {
   return new LocalTokenBucket(options.capacity, options.refillPerSec, options.clock ?? coarseClock);
 }
 
+// Numeric fields are initialised where declared, with a double, so V8 keeps them unboxed. A field
+// that first holds `undefined` (a bare declaration, or a constructor parameter property) is stored
+// as a tagged pointer: every write then allocates a HeapNumber and the hot path stops being free.
 class LocalTokenBucket implements TokenBucket {
-  private readonly refillPerMs: number;
-  private readonly slackTokens: number;
+  readonly capacity: number = Number.NaN;
+  readonly refillPerSec: number = Number.NaN;
+  private readonly refillPerMs: number = Number.NaN;
+  private readonly slackTokens: number = Number.NaN;
   /** May dip below 0 by at most `slackTokens` (debt, see time-slack.ts). */
-  private tokens: number;
+  private tokens = Number.NaN;
   /** Time of the last refill. Never moves backwards, so a clock step back mints nothing. */
   private lastMs = Number.NEGATIVE_INFINITY;
+  private readonly clock: Clock;
 
-  constructor(
-    readonly capacity: number,
-    readonly refillPerSec: number,
-    private readonly clock: Clock,
-  ) {
+  constructor(capacity: number, refillPerSec: number, clock: Clock) {
+    this.capacity = capacity;
+    this.refillPerSec = refillPerSec;
+    this.clock = clock;
     this.refillPerMs = refillPerSec / 1000;
     this.slackTokens = this.refillPerMs * TIME_SLACK_MS;
     this.tokens = capacity;

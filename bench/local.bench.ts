@@ -1,0 +1,408 @@
+// Local limiters per decision, side by side with what users would write or install instead: a
+// naive token bucket that reads the clock on every call, and rate-limiter-flexible's
+// RateLimiterMemory. Also measures heap allocation per call (the hot path must allocate nothing).
+//
+// Run: node --import tsx --expose-gc bench/local.bench.ts
+// Env: BENCH_CALLS (default 10,000,000 per round), BENCH_ROUNDS (default 7),
+//      BENCH_RLM_CALLS (default 2,000,000 per round), BENCH_RLM_ROUNDS (default 5).
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { createRequire } from 'node:module';
+import os from 'node:os';
+import { PerformanceObserver } from 'node:perf_hooks';
+import { setTimeout as sleep } from 'node:timers/promises';
+import v8 from 'node:v8';
+import { RateLimiterMemory } from 'rate-limiter-flexible';
+import { createGcra } from '../src/local/gcra.js';
+import { createKeyedGcra } from '../src/local/keyed-gcra.js';
+import { createKeyedTokenBucket } from '../src/local/keyed-token-bucket.js';
+import { createTokenBucket } from '../src/local/token-bucket.js';
+
+const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
+const RLM_CALLS = Number(process.env.BENCH_RLM_CALLS ?? 2_000_000);
+const RLM_ROUNDS = Number(process.env.BENCH_RLM_ROUNDS ?? 5);
+/**
+ * Timed loops run in chunks with a 1 ms pause between them (not timed), so the coarse clock ticks
+ * and the limiters see time pass as in a server, where each event-loop turn decides a few calls.
+ */
+const CHUNK = 250_000;
+const ALLOCATION_PROBE_CALLS = 100_000;
+const TARGET_NS = 30;
+const TARGET_SPEEDUP = 10;
+
+const gc = (globalThis as { gc?: () => void }).gc;
+if (!gc) throw new Error('run with --expose-gc (see the header of this file)');
+
+// Every limiter admits everything: the timed path is the full admit path (refill, compare, store).
+const CAPACITY = 1e12;
+const REFILL_PER_SEC = 1e12;
+
+/** The baseline the issue names: a plain bucket that reads the clock on every call. */
+class NaiveDateNowBucket {
+  private tokens: number;
+  private lastMs: number;
+  constructor(
+    private readonly capacity: number,
+    private readonly refillPerSec: number,
+  ) {
+    this.tokens = capacity;
+    this.lastMs = Date.now();
+  }
+  tryTake(cost = 1): boolean {
+    const nowMs = Date.now();
+    this.tokens = Math.min(this.capacity, this.tokens + ((nowMs - this.lastMs) * this.refillPerSec) / 1000);
+    this.lastMs = nowMs;
+    if (this.tokens < cost) return false;
+    this.tokens -= cost;
+    return true;
+  }
+}
+
+/** The same with the monotonic clock, which Spillway's systemClock uses. */
+class NaivePerformanceNowBucket {
+  private tokens: number;
+  private lastMs: number;
+  constructor(
+    private readonly capacity: number,
+    private readonly refillPerSec: number,
+  ) {
+    this.tokens = capacity;
+    this.lastMs = performance.now();
+  }
+  tryTake(cost = 1): boolean {
+    const nowMs = performance.now();
+    this.tokens = Math.min(this.capacity, this.tokens + ((nowMs - this.lastMs) * this.refillPerSec) / 1000);
+    this.lastMs = nowMs;
+    if (this.tokens < cost) return false;
+    this.tokens -= cost;
+    return true;
+  }
+}
+
+const sink = { admitted: 0, floor: 0 };
+
+const tokenBucket = createTokenBucket({ capacity: CAPACITY, refillPerSec: REFILL_PER_SEC });
+const keyedTokenBucket = createKeyedTokenBucket({ capacity: CAPACITY, refillPerSec: REFILL_PER_SEC });
+const gcra = createGcra({ limit: REFILL_PER_SEC, periodMs: 1_000, burst: CAPACITY });
+const keyedGcra = createKeyedGcra({ limit: REFILL_PER_SEC, periodMs: 1_000, burst: CAPACITY });
+const naiveDateNow = new NaiveDateNowBucket(CAPACITY, REFILL_PER_SEC);
+const naivePerformanceNow = new NaivePerformanceNowBucket(CAPACITY, REFILL_PER_SEC);
+const rateLimiterMemory = new RateLimiterMemory({ points: CAPACITY, duration: 1 });
+
+const HOT_KEY = 'api:caller=acme';
+const MANY_KEYS = Array.from({ length: 1_000 }, (_, i) => `api:caller=tenant-${i}`);
+keyedTokenBucket.tryTake(HOT_KEY);
+keyedGcra.tryTake(HOT_KEY);
+for (const key of MANY_KEYS) keyedTokenBucket.tryTake(key);
+
+// One loop function per case, so each call site stays monomorphic and is optimised on its own.
+const loops = {
+  tokenBucket(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (tokenBucket.tryTake()) admitted++;
+    sink.admitted += admitted;
+  },
+  keyedTokenBucket(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (keyedTokenBucket.tryTake(HOT_KEY)) admitted++;
+    sink.admitted += admitted;
+  },
+  keyedTokenBucketManyKeys(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (keyedTokenBucket.tryTake(MANY_KEYS[i % 1_000]!)) admitted++;
+    sink.admitted += admitted;
+  },
+  gcra(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (gcra.tryTake()) admitted++;
+    sink.admitted += admitted;
+  },
+  keyedGcra(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (keyedGcra.tryTake(HOT_KEY)) admitted++;
+    sink.admitted += admitted;
+  },
+  naiveDateNow(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (naiveDateNow.tryTake()) admitted++;
+    sink.admitted += admitted;
+  },
+  naivePerformanceNow(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (naivePerformanceNow.tryTake()) admitted++;
+    sink.admitted += admitted;
+  },
+  floor(calls: number): void {
+    for (let i = 0; i < calls; i++) sink.floor++;
+  },
+};
+
+type SyncCase = keyof typeof loops;
+
+interface CaseResult {
+  id: string;
+  label: string;
+  /** Median wall time per decision over the rounds. */
+  nsPerCall: number;
+  minNs: number;
+  maxNs: number;
+  /** Median process CPU time per decision (includes V8's helper threads). */
+  cpuNsPerCall: number;
+  callsPerRound: number;
+  rounds: number;
+  /** Heap growth over ALLOCATION_PROBE_CALLS calls after a full GC, per call (no GC in between). */
+  bytesPerCall: number | null;
+  /** Garbage collections observed during CALLS back-to-back calls (0 proves no allocation). */
+  gcsDuringRun: number | null;
+  note?: string;
+}
+
+let gcEvents = 0;
+new PerformanceObserver((list) => {
+  gcEvents += list.getEntries().length;
+}).observe({ entryTypes: ['gc'] });
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const middle = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
+}
+
+interface Timing {
+  wallNs: number;
+  cpuNs: number;
+}
+
+/** Wall time per call, and process CPU time per call (less inflated when other work preempts us). */
+async function timeSync(run: (calls: number) => void, calls: number): Promise<Timing> {
+  let wallNs = 0n;
+  let cpuUs = 0;
+  for (let done = 0; done < calls; done += CHUNK) {
+    const chunk = Math.min(CHUNK, calls - done);
+    const cpuStart = process.cpuUsage();
+    const start = process.hrtime.bigint();
+    run(chunk);
+    wallNs += process.hrtime.bigint() - start;
+    const cpu = process.cpuUsage(cpuStart);
+    cpuUs += cpu.user + cpu.system;
+    await sleep(1);
+  }
+  return { wallNs: Number(wallNs) / calls, cpuNs: (cpuUs * 1000) / calls };
+}
+
+async function allocation(run: (calls: number) => void): Promise<{ bytesPerCall: number; gcs: number }> {
+  gc!();
+  gc!();
+  const before = v8.getHeapStatistics().used_heap_size;
+  run(ALLOCATION_PROBE_CALLS);
+  const after = v8.getHeapStatistics().used_heap_size;
+  await sleep(20);
+  gcEvents = 0;
+  run(CALLS);
+  await sleep(50); // GC entries are delivered asynchronously
+  return { bytesPerCall: Math.max(0, after - before) / ALLOCATION_PROBE_CALLS, gcs: gcEvents };
+}
+
+async function measureSync(id: SyncCase, label: string, withAllocation: boolean): Promise<CaseResult> {
+  const run = loops[id];
+  await timeSync(run, Math.min(CALLS, 2_000_000)); // warm up: let the JIT settle before timing
+  const samples: number[] = [];
+  const cpuSamples: number[] = [];
+  for (let round = 0; round < ROUNDS; round++) {
+    const timing = await timeSync(run, CALLS);
+    samples.push(timing.wallNs);
+    cpuSamples.push(timing.cpuNs);
+  }
+  const probe = withAllocation ? await allocation(run) : undefined;
+  const result: CaseResult = {
+    id,
+    label,
+    nsPerCall: median(samples),
+    minNs: Math.min(...samples),
+    maxNs: Math.max(...samples),
+    cpuNsPerCall: median(cpuSamples),
+    callsPerRound: CALLS,
+    rounds: ROUNDS,
+    bytesPerCall: probe?.bytesPerCall ?? null,
+    gcsDuringRun: probe?.gcs ?? null,
+  };
+  console.log(`${label}: ${result.nsPerCall.toFixed(2)} ns/decision`);
+  return result;
+}
+
+async function rateLimiterMemoryLoop(calls: number): Promise<void> {
+  let admitted = 0;
+  for (let i = 0; i < calls; i++) {
+    await rateLimiterMemory.consume(HOT_KEY);
+    admitted++;
+  }
+  sink.admitted += admitted;
+}
+
+async function measureRateLimiterMemory(): Promise<CaseResult> {
+  await rateLimiterMemoryLoop(Math.min(RLM_CALLS, 500_000));
+  const samples: number[] = [];
+  const cpuSamples: number[] = [];
+  for (let round = 0; round < RLM_ROUNDS; round++) {
+    const cpuStart = process.cpuUsage();
+    const start = process.hrtime.bigint();
+    await rateLimiterMemoryLoop(RLM_CALLS);
+    samples.push(Number(process.hrtime.bigint() - start) / RLM_CALLS);
+    const cpu = process.cpuUsage(cpuStart);
+    cpuSamples.push(((cpu.user + cpu.system) * 1000) / RLM_CALLS);
+  }
+  gc!();
+  gc!();
+  const before = process.memoryUsage().heapUsed;
+  gcEvents = 0;
+  await rateLimiterMemoryLoop(RLM_CALLS);
+  await sleep(50);
+  const result: CaseResult = {
+    id: 'rateLimiterMemory',
+    label: '(e) rate-limiter-flexible RateLimiterMemory.consume(key), awaited one by one',
+    nsPerCall: median(samples),
+    minNs: Math.min(...samples),
+    maxNs: Math.max(...samples),
+    cpuNsPerCall: median(cpuSamples),
+    callsPerRound: RLM_CALLS,
+    rounds: RLM_ROUNDS,
+    bytesPerCall: null,
+    gcsDuringRun: gcEvents,
+    note: `promise-based: each decision allocates a promise and a RateLimiterRes; heap moved ${(
+      (process.memoryUsage().heapUsed - before) / 1e6
+    ).toFixed(1)} MB net over ${RLM_CALLS.toLocaleString('en-US')} calls with ${gcEvents} GCs`,
+  };
+  console.log(`${result.label}: ${result.nsPerCall.toFixed(2)} ns/decision`);
+  return result;
+}
+
+const startedAt = new Date();
+const loadBefore = os.loadavg();
+const results: CaseResult[] = [];
+results.push(await measureSync('floor', '(f) floor: one counter increment per iteration', false));
+results.push(await measureSync('tokenBucket', '(a) Spillway token bucket `tryTake()`', true));
+results.push(
+  await measureSync('keyedTokenBucket', '(b) Spillway keyed token bucket `tryTake(key)`, one key', true),
+);
+results.push(
+  await measureSync(
+    'keyedTokenBucketManyKeys',
+    '(b2) Spillway keyed token bucket `tryTake(key)`, 1,000 keys',
+    true,
+  ),
+);
+results.push(await measureSync('gcra', '(c) Spillway GCRA `tryTake()`', true));
+results.push(await measureSync('keyedGcra', '(c2) Spillway keyed GCRA `tryTake(key)`, one key', true));
+results.push(await measureSync('naiveDateNow', '(d) naive token bucket, `Date.now()` every call', true));
+results.push(
+  await measureSync('naivePerformanceNow', '(d2) naive token bucket, `performance.now()` every call', true),
+);
+results.push(await measureRateLimiterMemory());
+const loadAfter = os.loadavg();
+
+const byId = new Map(results.map((r) => [r.id, r]));
+const ns = (id: string): number => byId.get(id)!.nsPerCall;
+const ratios = {
+  tokenBucketVsNaiveDateNow: ns('naiveDateNow') / ns('tokenBucket'),
+  tokenBucketVsNaivePerformanceNow: ns('naivePerformanceNow') / ns('tokenBucket'),
+  tokenBucketVsRateLimiterMemory: ns('rateLimiterMemory') / ns('tokenBucket'),
+  keyedTokenBucketVsRateLimiterMemory: ns('rateLimiterMemory') / ns('keyedTokenBucket'),
+  gcraVsRateLimiterMemory: ns('rateLimiterMemory') / ns('gcra'),
+};
+const zeroAllocation = [
+  'tokenBucket',
+  'keyedTokenBucket',
+  'keyedTokenBucketManyKeys',
+  'gcra',
+  'keyedGcra',
+].every((id) => byId.get(id)!.gcsDuringRun === 0);
+const targets = {
+  tokenBucketAtMost30Ns: ns('tokenBucket') <= TARGET_NS,
+  keyedTokenBucketAtMost30Ns: ns('keyedTokenBucket') <= TARGET_NS,
+  gcraAtMost30Ns: ns('gcra') <= TARGET_NS,
+  tokenBucket10xRateLimiterMemory: ratios.tokenBucketVsRateLimiterMemory >= TARGET_SPEEDUP,
+  keyedTokenBucket10xRateLimiterMemory: ratios.keyedTokenBucketVsRateLimiterMemory >= TARGET_SPEEDUP,
+  zeroAllocationOnHotPaths: zeroAllocation,
+};
+
+const cpus = os.cpus();
+const host = {
+  cpu: cpus[0]?.model ?? 'unknown',
+  cores: cpus.length,
+  os: `${os.type()} ${os.release()} ${os.arch()}`,
+  node: process.version,
+  v8: process.versions.v8,
+  rateLimiterFlexible: createRequire(import.meta.url)('rate-limiter-flexible/package.json').version as string,
+  loadAverage1mBefore: loadBefore[0] ?? 0,
+  loadAverage1mAfter: loadAfter[0] ?? 0,
+};
+const command = 'node --import tsx --expose-gc bench/local.bench.ts';
+
+const fmt = (value: number, digits = 2): string =>
+  value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+const pass = (ok: boolean): string => (ok ? 'pass' : '**FAIL**');
+const rows = results.map(
+  (r) =>
+    `| ${r.label} | ${fmt(r.nsPerCall)} | ${fmt(r.minNs)}–${fmt(r.maxNs)} | ${fmt(r.cpuNsPerCall)} | ${r.callsPerRound.toLocaleString('en-US')} × ${r.rounds} | ${
+      r.bytesPerCall === null ? '—' : fmt(r.bytesPerCall)
+    } | ${r.gcsDuringRun === null ? '—' : r.gcsDuringRun} |`,
+);
+
+const markdown = `# Local limiters: nanoseconds per decision
+
+${startedAt.toISOString()} · Node ${host.node} (V8 ${host.v8}) · ${host.os} · ${host.cpu} ×${host.cores} · load average ${fmt(
+  host.loadAverage1mBefore,
+)} → ${fmt(host.loadAverage1mAfter)}
+
+Reproduce: \`${command}\`
+(median of ${ROUNDS} rounds of ${CALLS.toLocaleString('en-US')} calls after warmup; RateLimiterMemory:
+${RLM_ROUNDS} rounds of ${RLM_CALLS.toLocaleString('en-US')} calls; rate-limiter-flexible ${host.rateLimiterFlexible}).
+
+Every limiter is configured so each call is admitted (the full admit path: refill, compare, store).
+Timed loops run in chunks of ${CHUNK.toLocaleString('en-US')} calls with a 1 ms pause between chunks, so the
+coarse clock ticks as it would between event-loop turns; the naive buckets read the clock on every
+call. RateLimiterMemory only has a promise API: its figure is one awaited \`consume()\` after another.
+
+| case | ns/decision (median wall) | min–max | CPU ns/decision (median) | calls × rounds | bytes/call | GCs during ${CALLS.toLocaleString(
+  'en-US',
+)} calls |
+|---|---:|---:|---:|---:|---:|---:|
+${rows.join('\n')}
+
+Targets are judged on the median wall time. CPU ns is process CPU time per decision: on a busy
+machine it is less inflated by preemption than wall time (it also counts V8's helper threads).
+
+bytes/call: growth of the V8 heap over ${ALLOCATION_PROBE_CALLS.toLocaleString('en-US')} calls right after a full GC.
+GCs: garbage collections observed (PerformanceObserver 'gc') during ${CALLS.toLocaleString('en-US')} back-to-back
+calls; even 8 bytes a call would fill the young generation many times over, so 0 means the path allocates nothing.
+(Node 20's \`v8.getHeapStatistics()\` has no \`total_allocated_bytes\`; these two probes stand in for it.)
+${byId.get('rateLimiterMemory')!.note ? `\nRateLimiterMemory: ${byId.get('rateLimiterMemory')!.note}.\n` : ''}
+## Ratios
+
+| comparison | speedup |
+|---|---:|
+| token bucket vs naive (\`Date.now()\`) | ${fmt(ratios.tokenBucketVsNaiveDateNow)}x |
+| token bucket vs naive (\`performance.now()\`) | ${fmt(ratios.tokenBucketVsNaivePerformanceNow)}x |
+| token bucket vs RateLimiterMemory | ${fmt(ratios.tokenBucketVsRateLimiterMemory)}x |
+| keyed token bucket (one key) vs RateLimiterMemory (one key) | ${fmt(ratios.keyedTokenBucketVsRateLimiterMemory)}x |
+| GCRA vs RateLimiterMemory | ${fmt(ratios.gcraVsRateLimiterMemory)}x |
+
+## Targets
+
+| target | result |
+|---|---|
+| token bucket ≤ ${TARGET_NS} ns/decision | ${pass(targets.tokenBucketAtMost30Ns)} (${fmt(ns('tokenBucket'))} ns) |
+| keyed token bucket ≤ ${TARGET_NS} ns/decision | ${pass(targets.keyedTokenBucketAtMost30Ns)} (${fmt(ns('keyedTokenBucket'))} ns) |
+| GCRA ≤ ${TARGET_NS} ns/decision | ${pass(targets.gcraAtMost30Ns)} (${fmt(ns('gcra'))} ns) |
+| token bucket ≥ ${TARGET_SPEEDUP}x RateLimiterMemory | ${pass(targets.tokenBucket10xRateLimiterMemory)} (${fmt(ratios.tokenBucketVsRateLimiterMemory)}x) |
+| keyed token bucket ≥ ${TARGET_SPEEDUP}x RateLimiterMemory | ${pass(targets.keyedTokenBucket10xRateLimiterMemory)} (${fmt(ratios.keyedTokenBucketVsRateLimiterMemory)}x) |
+| no allocation on the \`tryTake\` paths (0 GCs) | ${pass(targets.zeroAllocationOnHotPaths)} |
+`;
+
+mkdirSync('bench/results', { recursive: true });
+writeFileSync('bench/results/local.md', markdown);
+writeFileSync(
+  'bench/results/local.json',
+  `${JSON.stringify({ date: startedAt.toISOString(), command, host, results, ratios, targets }, null, 2)}\n`,
+);
+console.log('wrote bench/results/local.md and bench/results/local.json');
