@@ -20,7 +20,13 @@ export type {
 } from './controller.js';
 export { createController } from './controller.js';
 export { computeDropRatio } from './drop-ratio.js';
-export type { RatioInput, RatioPolicy } from './ratio-policy.js';
+export type {
+  CorrectedRatioOptions,
+  CorrectedState,
+  EwmaState,
+  RatioInput,
+  RatioPolicy,
+} from './ratio-policy.js';
 export {
   correctedRatioPolicy,
   createRatioPolicy,

@@ -60,7 +60,7 @@ export function plainRatioPolicy(): RatioPolicy<null> {
   };
 }
 
-interface EwmaState {
+export interface EwmaState {
   offeredRps: number;
   primed: boolean;
 }
@@ -83,7 +83,8 @@ export function ewmaRatioPolicy(alpha: number): RatioPolicy<EwmaState> {
   };
 }
 
-interface CorrectedState {
+/** Per-bucket memory of the corrected policy (exported for tests and the simulator's inspection). */
+export interface CorrectedState {
   /** Relative adjustment of the limit the plain ratio aims at, in [-maxCorrection, maxCorrection]. */
   correction: number;
   /** Consecutive ticks the bucket has been over its limit. */
