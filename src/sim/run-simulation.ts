@@ -59,6 +59,8 @@ export interface VariantSummary {
 
 export interface VariantCost {
   wallMs: number;
+  /** CPU time of this process during the variant (user + system): the figure a loaded machine distorts least. */
+  cpuMs: number;
   allowCalls: number;
   timersFired: number;
 }
@@ -142,6 +144,7 @@ export async function runSimulation(baseScenario: Scenario, options: SimOptions 
 
   for (const variant of variants) {
     const started = performance.now();
+    const cpuStarted = process.cpuUsage();
     const scheduler = new VirtualScheduler(START_MS);
     const fleet = createFleet(variant, {
       scenario,
@@ -158,6 +161,7 @@ export async function runSimulation(baseScenario: Scenario, options: SimOptions 
     });
     cost[variant] = {
       wallMs: Math.round(performance.now() - started),
+      cpuMs: cpuMs(process.cpuUsage(cpuStarted)),
       allowCalls: counts.allowCalls,
       timersFired: scheduler.firedTimers,
     };
@@ -184,10 +188,13 @@ export async function runSimulation(baseScenario: Scenario, options: SimOptions 
   return { scenario, seed, sampleMs, warmupS, changeTimesS: changes, variants, series, summary, cost };
 }
 
+function cpuMs(usage: NodeJS.CpuUsage): number {
+  return Math.round((usage.user + usage.system) / 1000);
+}
+
 function defaultFleet(variant: VariantName, context: FleetContext): SimFleet {
-  return variant === 'exact'
-    ? createExactFleet(context.scenario, context.scheduler)
-    : createSpillwayFleet({ ...context, variant });
+  if (variant === 'exact') return createExactFleet(context.scenario, context.scheduler);
+  return createSpillwayFleet({ ...context, variant });
 }
 
 interface TrafficCounts {

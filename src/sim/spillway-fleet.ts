@@ -1,6 +1,13 @@
 import type { LimitsConfig, RatioPolicySpec } from '../config/index.js';
+import { createAggregator } from '../control/aggregator.js';
+import { type Controller, createController } from '../control/controller.js';
+import { createRatioPolicy } from '../control/ratio-policy.js';
 import type { Random, Scheduler } from '../core/clock.js';
-import type { Scenario } from './scenario.js';
+import type { BurstGuardOptions } from '../global/burst-guard.js';
+import { createGlobalLimiter, type GlobalLimiter } from '../global/global-limiter.js';
+import type { ControlServer } from '../transport/control-transport.js';
+import { InMemoryNetwork } from '../transport/in-memory-network.js';
+import type { Scenario, ScenarioEvent } from './scenario.js';
 import type { AdmissionPoint, SimFleet } from './sim-fleet.js';
 import type { VariantName } from './variants.js';
 
@@ -9,21 +16,149 @@ export interface SpillwayFleetTuning {
   /** Ratio policy of the `spillway` and `guard` variants (default: the controller's default). */
   ratioPolicy?: RatioPolicySpec;
   /** Burst guard of the `guard` variant (default: the data plane's defaults). */
-  burstGuard?: { slackRatio?: number; burstWindowMs?: number };
-  /** Report jitter of hosts, as a fraction of the interval. Default 0.1. */
-  jitterRatio?: number;
+  burstGuard?: BurstGuardOptions;
 }
 
 export interface SpillwayFleetOptions {
-  variant: VariantName;
+  variant: Exclude<VariantName, 'exact'>;
   scenario: Scenario;
   scheduler: Scheduler;
   random: Random;
   tuning: SpillwayFleetTuning;
 }
 
-export function createSpillwayFleet(_options: SpillwayFleetOptions): SimFleet {
-  throw new Error('the Spillway components are not integrated yet');
-}
+const CONTROLLER_ADDRESS = 'controller';
 
-export type { AdmissionPoint, LimitsConfig };
+const aggregatorAddress = (zone: number, index: number) => `agg-z${zone}-${index}`;
+
+/**
+ * The real thing, in virtual time: every host is a `createGlobalLimiter`, every zone has
+ * `aggregatorsPerZone` `createAggregator`s, one `createController` holds the limits, and they talk
+ * protobuf over the `InMemoryNetwork` with the scenario's delay, jitter and loss. Nothing here is
+ * a model of those components; the simulator only adds traffic and faults.
+ *
+ * Hosts list their zone's aggregators in failover order, rotated by host id so a zone's hosts
+ * spread over its aggregators.
+ */
+export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
+  const { scenario, scheduler, random, variant, tuning } = options;
+  const network = new InMemoryNetwork({ scheduler, random, ...scenario.network });
+  const ratioPolicySpec: RatioPolicySpec | undefined =
+    variant === 'plain' ? { kind: 'plain' } : tuning.ratioPolicy;
+  const burstGuard: BurstGuardOptions | false = variant === 'guard' ? (tuning.burstGuard ?? {}) : false;
+
+  const limits: LimitsConfig = {
+    version: 1,
+    intervalMs: scenario.intervalMs,
+    ttlMs: 4 * scenario.intervalMs,
+    buckets: scenario.buckets.map((b) => ({
+      key: b.key,
+      limitRps: b.limitRps,
+      mode: 'enforce',
+      scope: 'global',
+    })),
+  };
+
+  const startController = (): { controller: Controller; server: ControlServer } => {
+    const controller = createController({
+      id: CONTROLLER_ADDRESS,
+      config: limits,
+      scheduler,
+      // A restarted controller's epoch is its start time, so it wins over its predecessor.
+      epoch: scheduler.nowMs(),
+      ...(ratioPolicySpec ? { ratioPolicy: createRatioPolicy(ratioPolicySpec) } : {}),
+    });
+    const server = network.listen(CONTROLLER_ADDRESS, controller.handleReport);
+    controller.start();
+    return { controller, server };
+  };
+  let control = startController();
+
+  const aggregators = Array.from({ length: scenario.zones }, (_, zone) =>
+    Array.from({ length: scenario.aggregatorsPerZone }, (_, index) => {
+      const address = aggregatorAddress(zone, index);
+      const aggregator = createAggregator({
+        id: address,
+        zone: `zone-${zone}`,
+        parents: [network.connect(CONTROLLER_ADDRESS, { from: address })],
+        intervalMs: scenario.intervalMs,
+        scheduler,
+        random,
+      });
+      network.listen(address, aggregator.handleReport);
+      aggregator.start();
+      return aggregator;
+    }),
+  );
+
+  const hosts = new Map<number, GlobalLimiter>();
+
+  return {
+    addHost(hostId, zone) {
+      const reporterId = `host-${hostId}`;
+      const count = scenario.aggregatorsPerZone;
+      const clients = Array.from({ length: count }, (_, i) =>
+        network.connect(aggregatorAddress(zone, (hostId + i) % count), { from: reporterId }),
+      );
+      const limiter = createGlobalLimiter({
+        reporterId,
+        zone: `zone-${zone}`,
+        clients,
+        intervalMs: scenario.intervalMs,
+        scheduler,
+        random,
+        burstGuard,
+      });
+      hosts.set(hostId, limiter);
+      limiter.start();
+      return scenario.buckets.map((b): AdmissionPoint => limiter.bucket(b.key));
+    },
+    removeHost(hostId) {
+      const limiter = hosts.get(hostId);
+      hosts.delete(hostId);
+      void limiter?.stop();
+    },
+    applyEvent(event: ScenarioEvent) {
+      switch (event.kind) {
+        case 'aggregator-down':
+        case 'aggregator-up':
+          for (let zone = 0; zone < scenario.zones; zone++) {
+            if (event.zone !== undefined && event.zone !== zone) continue;
+            for (let index = 0; index < scenario.aggregatorsPerZone; index++) {
+              if (event.index !== undefined && event.index !== index) continue;
+              network.partition(aggregatorAddress(zone, index), event.kind === 'aggregator-down');
+            }
+          }
+          break;
+        case 'controller-down':
+          network.partition(CONTROLLER_ADDRESS, true);
+          break;
+        case 'controller-restart':
+          control.controller.stop();
+          void control.server.close();
+          // close() frees the address synchronously in the in-memory network.
+          control = startController();
+          network.partition(CONTROLLER_ADDRESS, false);
+          break;
+        case 'network':
+          network.setLink(event);
+          break;
+        case 'limit':
+          limits.buckets = limits.buckets.map((b) =>
+            b.key === event.bucket ? { ...b, limitRps: event.limitRps } : b,
+          );
+          control.controller.updateConfig({ ...limits });
+          break;
+        default:
+          break;
+      }
+    },
+    stop() {
+      for (const limiter of hosts.values()) void limiter.stop();
+      hosts.clear();
+      for (const zone of aggregators) for (const aggregator of zone) void aggregator.stop();
+      control.controller.stop();
+      void control.server.close();
+    },
+  };
+}

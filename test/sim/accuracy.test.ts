@@ -1,0 +1,165 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { presetScenario } from '../../src/sim/presets.js';
+import { runSimulation, type SimResult } from '../../src/sim/run-simulation.js';
+import { parseScenario } from '../../src/sim/scenario.js';
+import type { VariantName } from '../../src/sim/variants.js';
+
+/**
+ * The accuracy targets on small fleets (100 hosts, fixed seeds), so a change that worsens the
+ * loop fails CI. Targets the code does not meet yet run as `todo` (reported, not failing) next to
+ * a regression bound at today's level; docs/accuracy.md has the full-size figures and the reasons.
+ */
+const HOSTS = 100;
+
+function focus(result: SimResult, variant: VariantName) {
+  return result.summary.find((s) => s.variant === variant)!.focus;
+}
+
+function convergedAfter(result: SimResult, variant: VariantName, atS: number): number {
+  const entry = focus(result, variant).convergence.find((c) => c.atS === atS);
+  assert.ok(entry, `no change at ${atS} s`);
+  return entry.convergedAfterS ?? Number.POSITIVE_INFINITY;
+}
+
+const steadyRun = runSimulation(presetScenario('steady-1.5x')!, { hosts: HOSTS, seconds: 20, seed: 11 });
+// step-3x compressed: 0.75x, 3x from 10 s, 0.75x again from 20 s.
+const stepScenario = parseScenario({
+  name: 'step-3x-short',
+  seconds: 28,
+  buckets: [
+    {
+      key: 'api:search',
+      limitRps: 20_000,
+      offeredRps: [
+        [0, 15_000],
+        [10, 15_000],
+        [10, 60_000],
+        [20, 60_000],
+        [20, 15_000],
+      ],
+    },
+  ],
+});
+const stepRun = runSimulation(stepScenario, { hosts: HOSTS, seed: 12 });
+// Swallow here; each test awaits the promise it needs and fails with the error.
+steadyRun.catch(() => {});
+stepRun.catch(() => {});
+
+describe('accuracy targets (100 hosts)', () => {
+  it('the exact baseline admits exactly min(offered, limit) and converges in the first full window', async () => {
+    const result = await stepRun;
+    const exact = focus(result, 'exact');
+    assert.equal(exact.steadyErrorPct, 0);
+    assert.equal(exact.peakOvershootPct, 0);
+    assert.equal(convergedAfter(result, 'exact', 10), 1);
+  });
+
+  it('steady 1.5x: the plain formula admits within 2% of the limit', async () => {
+    const plain = focus(await steadyRun, 'plain');
+    assert.ok(
+      plain.steadyErrorPct !== null && Math.abs(plain.steadyErrorPct) <= 2,
+      `${plain.steadyErrorPct}%`,
+    );
+  });
+
+  it('steady 1.5x: the default ratio policy admits within 2% of the limit', {
+    todo: 'the corrected policy winds up during the startup lag (docs/accuracy.md)',
+  }, async () => {
+    const spillway = focus(await steadyRun, 'spillway');
+    assert.ok(
+      spillway.steadyErrorPct !== null && Math.abs(spillway.steadyErrorPct) <= 2,
+      `${spillway.steadyErrorPct}%`,
+    );
+  });
+
+  it('steady 1.5x: every variant keeps its error bounded (regression bound)', async () => {
+    const result = await steadyRun;
+    for (const variant of ['plain', 'spillway', 'guard'] as const) {
+      const error = focus(result, variant).steadyErrorPct;
+      assert.ok(error !== null && Math.abs(error) <= 8, `${variant}: ${error}%`);
+    }
+  });
+
+  it('3x step: the loop gets back within 5% (regression bound: 6 s for plain)', async () => {
+    const result = await stepRun;
+    assert.ok(convergedAfter(result, 'plain', 10) <= 6, `plain: ${convergedAfter(result, 'plain', 10)} s`);
+    assert.ok(
+      convergedAfter(result, 'plain', 20) <= 6,
+      `plain down: ${convergedAfter(result, 'plain', 20)} s`,
+    );
+  });
+
+  it('3x step: within 5% in <= 3 s', {
+    todo: 'report -> aggregator -> controller -> host lag is ~4 intervals',
+  }, async () => {
+    const result = await stepRun;
+    for (const variant of ['plain', 'spillway', 'guard'] as const) {
+      assert.ok(
+        convergedAfter(result, variant, 10) <= 3,
+        `${variant}: ${convergedAfter(result, variant, 10)} s`,
+      );
+    }
+  });
+
+  it('3x step: the burst guard never makes the overshoot worse', async () => {
+    const result = await stepRun;
+    assert.ok(focus(result, 'guard').peakOvershootPct <= focus(result, 'spillway').peakOvershootPct + 1);
+  });
+
+  it('3x step: with the burst guard, peak overshoot <= 25%', {
+    todo: 'guard re-sizes from the surging host rate',
+  }, async () => {
+    const result = await stepRun;
+    assert.ok(focus(result, 'guard').peakOvershootPct <= 25, `${focus(result, 'guard').peakOvershootPct}%`);
+  });
+
+  it('skewed hosts and a hot caller: same steady accuracy as uniform traffic (plain)', async () => {
+    const uniform = focus(await steadyRun, 'plain').steadyErrorPct!;
+    const zipf = await runSimulation(presetScenario('zipf-hosts')!, {
+      hosts: HOSTS,
+      seconds: 20,
+      seed: 11,
+      variants: ['plain'],
+    });
+    const hot = await runSimulation(presetScenario('hot-caller')!, {
+      hosts: HOSTS,
+      seconds: 20,
+      seed: 11,
+      variants: ['plain'],
+    });
+    for (const [name, result] of [
+      ['zipf-hosts', zipf],
+      ['hot-caller', hot],
+    ] as const) {
+      const error = focus(result, 'plain').steadyErrorPct!;
+      assert.ok(Math.abs(error - uniform) <= 1.5, `${name}: ${error}% vs uniform ${uniform}%`);
+    }
+    // The hot caller's neighbours under their limits are not starved by it.
+    const quiet = hot.summary[0]!.buckets['api:caller=c10']!;
+    assert.ok(
+      quiet.wronglyDropped <= quiet.offeredTotal * 0.01,
+      `c10 wrongly dropped ${quiet.wronglyDropped}`,
+    );
+  });
+
+  it('controller outage: hosts keep serving, and a restarted controller closes the loop again', async () => {
+    const scenario = parseScenario({
+      name: 'outage-short',
+      seconds: 24,
+      buckets: [{ key: 'api:search', limitRps: 20_000, offeredRps: [[0, 30_000]] }],
+      events: [
+        { atS: 8, kind: 'controller-down' },
+        { atS: 14, kind: 'controller-restart' },
+      ],
+    });
+    const result = await runSimulation(scenario, { hosts: HOSTS, seed: 13, variants: ['plain'] });
+    const series = result.series[0]!;
+    const admitted = series.admitted.plain!;
+    // 8..14 s: no directives can arrive, yet every 100 ms sample admits traffic.
+    for (let sample = 80; sample < 140; sample++) assert.ok(admitted[sample]! > 0, `sample ${sample}`);
+    const afterRestart = convergedAfter(result, 'plain', 14);
+    // Target: 3 intervals. Regression bound: 6 s.
+    assert.ok(afterRestart <= 6, `${afterRestart} s after restart`);
+  });
+});

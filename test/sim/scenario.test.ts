@@ -1,0 +1,123 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { isSpillwayError } from '../../src/core/errors.js';
+import { presetNames, presetScenario } from '../../src/sim/presets.js';
+import { changeTimesS, limitAt, loadScenarioFile, parseScenario, rateAt } from '../../src/sim/scenario.js';
+
+describe('scenarios', () => {
+  it('every preset parses, with a description and its focus bucket among its buckets', () => {
+    assert.ok(presetNames.length >= 10);
+    for (const name of presetNames) {
+      const scenario = presetScenario(name)!;
+      assert.equal(scenario.name, name);
+      assert.ok(scenario.description.length > 20, name);
+      assert.ok(
+        scenario.buckets.some((b) => b.key === scenario.focusBucket),
+        name,
+      );
+    }
+    assert.equal(presetScenario('no-such'), undefined);
+  });
+
+  it('fills defaults and rejects malformed input with ERR_SPILLWAY_INVALID_CONFIG', () => {
+    const scenario = parseScenario({
+      name: 'x',
+      buckets: [{ key: 'a', limitRps: 10, offeredRps: [[0, 5]] }],
+    });
+    assert.equal(scenario.hosts, 1000);
+    assert.equal(scenario.zones, 10);
+    assert.equal(scenario.intervalMs, 1000);
+    assert.equal(scenario.focusBucket, 'a');
+    const bad: unknown[] = [
+      { name: 'x', buckets: [] },
+      { name: 'x', buckets: [{ key: 'a', limitRps: -1, offeredRps: [[0, 5]] }] },
+      {
+        name: 'x',
+        buckets: [
+          {
+            key: 'a',
+            limitRps: 1,
+            offeredRps: [
+              [5, 5],
+              [1, 5],
+            ],
+          },
+        ],
+      },
+      { name: 'x', typo: 1, buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }] },
+      { name: 'x', focusBucket: 'b', buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }] },
+      {
+        name: 'x',
+        events: [{ atS: 1, kind: 'explode' }],
+        buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }],
+      },
+      { name: 'x', seconds: 1.005, buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }] },
+    ];
+    for (const input of bad) {
+      assert.throws(
+        () => parseScenario(input),
+        (error) => isSpillwayError(error, 'ERR_SPILLWAY_INVALID_CONFIG'),
+      );
+    }
+  });
+
+  it('interpolates rates linearly, steps on repeated times, and lists change instants', () => {
+    const scenario = presetScenario('step-3x')!;
+    const points = scenario.buckets[0]!.offeredRps;
+    assert.equal(rateAt(points, 0), 15_000);
+    assert.equal(rateAt(points, 19.99), 15_000);
+    assert.equal(rateAt(points, 20), 60_000);
+    assert.equal(rateAt(points, 40), 15_000);
+    assert.equal(
+      rateAt(
+        [
+          [0, 0],
+          [10, 100],
+        ],
+        2.5,
+      ),
+      25,
+    );
+    assert.deepEqual(changeTimesS(scenario), [0, 20, 40]);
+    const limited = parseScenario({
+      name: 'l',
+      buckets: [{ key: 'a', limitRps: 10, offeredRps: [[0, 5]] }],
+      events: [{ atS: 5, kind: 'limit', bucket: 'a', limitRps: 20 }],
+    });
+    assert.equal(limitAt(limited, 'a', 4.9), 10);
+    assert.equal(limitAt(limited, 'a', 5), 20);
+  });
+
+  it('loads JSON and YAML files and names the file in errors', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'spillway-sim-'));
+    const yamlPath = join(dir, 'custom.yaml');
+    writeFileSync(
+      yamlPath,
+      [
+        'name: custom',
+        'hosts: 50',
+        'buckets:',
+        '  - key: api:search',
+        '    limitRps: 1000',
+        '    offeredRps: [[0, 1500], [10, 1500], [10, 3000]]',
+        'events:',
+        '  - { atS: 5, kind: controller-down }',
+        '',
+      ].join('\n'),
+    );
+    const scenario = loadScenarioFile(yamlPath);
+    assert.equal(scenario.hosts, 50);
+    assert.equal(scenario.events[0]!.kind, 'controller-down');
+    const jsonPath = join(dir, 'custom.json');
+    writeFileSync(jsonPath, JSON.stringify({ ...scenario, name: 'from-json' }));
+    assert.equal(loadScenarioFile(jsonPath).name, 'from-json');
+    writeFileSync(jsonPath, '{"name": "broken", "buckets": []}');
+    assert.throws(
+      () => loadScenarioFile(jsonPath),
+      new RegExp(jsonPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')),
+    );
+  });
+});
