@@ -23,7 +23,7 @@ export function ioredisAdapter(client: Redis | Cluster): RedisScriptClient {
     evalsha: (sha, keys, args) => client.evalsha(sha, keys.length, ...keys, ...args),
     eval: (script, keys, args) => client.eval(script, keys.length, ...keys, ...args),
   };
-  if (!('nodes' in client && 'slots' in client)) {
+  if (!client.isCluster) {
     const single = client as Redis;
     adapter.scriptLoad = async (script) => String(await single.script('LOAD', script));
   }

@@ -12,6 +12,7 @@ import {
   createRedisTokenBucket,
   FAIL_CLOSED_RETRY_AFTER_MS,
   fixedWindowScript,
+  ioredisAdapter,
   type RedisLimiter,
   type RedisLimiterCommonOptions,
   type RedisScriptClient,
@@ -413,5 +414,33 @@ describe('Redis limiter faults', () => {
     assert.deepEqual(sources, [fixedWindowScript.source]);
     assert.equal(limiter.stats.noscriptReloads, 1);
     assert.equal(limiter.stats.errors, 0);
+  });
+});
+
+describe('ioredisAdapter', () => {
+  it('passes keys and arguments as EVALSHA/EVAL expect, and offers scriptLoad only off Cluster', async () => {
+    const sent: unknown[][] = [];
+    const fake = {
+      isCluster: false,
+      evalsha: async (...args: unknown[]) => sent.push(['evalsha', ...args]),
+      eval: async (...args: unknown[]) => sent.push(['eval', ...args]),
+      script: async (...args: unknown[]) => {
+        sent.push(['script', ...args]);
+        return 'abc';
+      },
+    };
+    const adapter = ioredisAdapter(fake as unknown as Parameters<typeof ioredisAdapter>[0]);
+    await adapter.evalsha('sha', ['k1', 'k2'], [1, 'x']);
+    await adapter.eval('return 1', ['k1'], [2]);
+    assert.equal(await adapter.scriptLoad?.('return 1'), 'abc');
+    assert.deepEqual(sent, [
+      ['evalsha', 'sha', 2, 'k1', 'k2', 1, 'x'],
+      ['eval', 'return 1', 1, 'k1', 2],
+      ['script', 'LOAD', 'return 1'],
+    ]);
+    const cluster = ioredisAdapter({ ...fake, isCluster: true } as unknown as Parameters<
+      typeof ioredisAdapter
+    >[0]);
+    assert.equal(cluster.scriptLoad, undefined);
   });
 });
