@@ -1,0 +1,197 @@
+import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { compileLimits, matchBucket } from '../../src/config/compile-limits.js';
+import { loadLimitsConfig, parseLimitsConfig } from '../../src/config/limits-config.js';
+import { isSpillwayError } from '../../src/core/errors.js';
+
+const fixtures = join(import.meta.dirname, 'fixtures');
+
+/** One fixture per failure, each with the exact message an operator sees (envoyproxy/ratelimit habit). */
+const failures: [file: string, message: string][] = [
+  [
+    'bad-template.yaml',
+    'bad-template.yaml:3:15: buckets[0].template: "api:caller=*:route=*" must contain exactly one "*", found 2',
+  ],
+  [
+    'template-without-star.yaml',
+    'template-without-star.yaml:3:15: buckets[0].template: "api:caller" must contain exactly one "*", found 0',
+  ],
+  [
+    'duplicate-rule.yaml',
+    'duplicate-rule.yaml:7:10: buckets[2].key: duplicate rule for key "payments:charge" (first at buckets[0])',
+  ],
+  ['duplicate-yaml-key.yaml', 'duplicate-yaml-key.yaml:5:5: YAML syntax error: Map keys must be unique'],
+  [
+    'key-and-template.yaml',
+    'key-and-template.yaml:3:5: buckets[0]: needs exactly one of "key" or "template"',
+  ],
+  [
+    'key-with-star.yaml',
+    'key-with-star.yaml:3:10: buckets[0].key: "api:*" contains "*"; use "template" for patterns',
+  ],
+  ['limit-not-number.yaml', 'limit-not-number.yaml:4:15: buckets[0].limitRps: expected number, got "lots"'],
+  ['missing-limit.yaml', 'missing-limit.yaml:3:5: buckets[0].limitRps: is required (number)'],
+  ['negative-limit.yaml', 'negative-limit.yaml:4:15: buckets[0].limitRps: must be >= 0, got -5'],
+  ['negative-override.yaml', 'negative-override.yaml:6:13: buckets[0].overrides.acme: must be >= 0, got -1'],
+  ['not-a-mapping.yaml', 'not-a-mapping.yaml:1:1: top level: expected a mapping, got a list'],
+  [
+    'overrides-on-key.yaml',
+    'overrides-on-key.yaml:6:7: buckets[0].overrides: is only allowed on a template rule',
+  ],
+  [
+    'ttl-below-interval.yaml',
+    'ttl-below-interval.yaml:3:8: ttlMs: must be at least intervalMs (2000), got 1000',
+  ],
+  [
+    'unknown-field.yaml',
+    'unknown-field.yaml:4:5: buckets[0]: unknown field "limit" (allowed: key, template, limitRps, mode, scope, overrides, maxInstances)',
+  ],
+  [
+    'unknown-mode.yaml',
+    'unknown-mode.yaml:5:11: buckets[0].mode: must be one of "enforce", "shadow", got "block"',
+  ],
+  [
+    'unknown-ratio-policy.yaml',
+    'unknown-ratio-policy.yaml:3:9: ratioPolicy.kind: must be one of "plain", "ewma", "corrected", got "magic"',
+  ],
+  [
+    'unknown-top-field.yaml',
+    'unknown-top-field.yaml:2:1: top level: unknown field "interval" (allowed: version, intervalMs, ttlMs, buckets, ratioPolicy)',
+  ],
+  ['wrong-version.yaml', 'wrong-version.yaml:1:10: version: must be 1, got 2'],
+  [
+    'yaml-syntax.yaml',
+    'yaml-syntax.yaml:5:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]',
+  ],
+];
+
+describe('limits config', () => {
+  for (const [file, message] of failures) {
+    it(`refuses ${file} with its exact message`, () => {
+      const text = readFileSync(join(fixtures, file), 'utf8');
+      assert.throws(
+        () => parseLimitsConfig(text, file),
+        (error) => {
+          assert.ok(isSpillwayError(error, 'ERR_SPILLWAY_INVALID_CONFIG'), String(error));
+          assert.equal(error.message, message);
+          const [, line, column] = /^[^:]+:(\d+):(\d+):/.exec(message)!;
+          assert.equal(error.details?.file, file);
+          assert.equal(error.details?.line, Number(line));
+          assert.equal(error.details?.column, Number(column));
+          return true;
+        },
+      );
+    });
+  }
+
+  it('every fixture file is covered by a case above', async () => {
+    const { readdirSync } = await import('node:fs');
+    const files = readdirSync(fixtures).filter((f) => f !== 'valid.yaml');
+    assert.deepEqual(files.sort(), failures.map(([f]) => f).sort());
+  });
+
+  it('details carry the path of the field at fault', () => {
+    try {
+      parseLimitsConfig(readFileSync(join(fixtures, 'unknown-mode.yaml'), 'utf8'), 'x.yaml');
+      assert.fail('should throw');
+    } catch (error) {
+      assert.ok(isSpillwayError(error));
+      assert.deepEqual(error.details, { file: 'x.yaml', line: 5, column: 11, path: 'buckets[0].mode' });
+    }
+  });
+
+  it('parses a valid file and fills defaults', () => {
+    const config = parseLimitsConfig(readFileSync(join(fixtures, 'valid.yaml'), 'utf8'));
+    assert.deepEqual(config, {
+      version: 1,
+      intervalMs: 1000,
+      ttlMs: 4000,
+      buckets: [
+        { key: 'payments:charge', limitRps: 500, mode: 'enforce', scope: 'global' },
+        {
+          template: 'api:caller=*',
+          limitRps: 100,
+          mode: 'shadow',
+          scope: 'zone',
+          overrides: { acme: 1000 },
+          maxInstances: 10_000,
+        },
+      ],
+    });
+  });
+
+  it('parses examples/limits.yaml (the documented example stays valid)', async () => {
+    const config = await loadLimitsConfig(join(import.meta.dirname, '../../examples/limits.yaml'));
+    assert.equal(config.buckets.length, 4);
+    assert.deepEqual(config.ratioPolicy, { kind: 'corrected', gain: 0.2, maxCorrection: 0.5 });
+  });
+
+  it('loadLimitsConfig: a missing file is ERR_SPILLWAY_INVALID_CONFIG naming the path', async () => {
+    await assert.rejects(loadLimitsConfig('/nonexistent/limits.yaml'), (error) => {
+      assert.ok(isSpillwayError(error, 'ERR_SPILLWAY_INVALID_CONFIG'));
+      assert.match(error.message, /^\/nonexistent\/limits\.yaml: cannot read limits file: ENOENT/);
+      return true;
+    });
+  });
+
+  it('compileLimits validates configs built in code with the same rules (path, no position)', () => {
+    assert.throws(
+      () =>
+        compileLimits({
+          version: 1,
+          intervalMs: 1000,
+          ttlMs: 4000,
+          buckets: [{ template: 'a:*:*', limitRps: 1, mode: 'enforce', scope: 'global' }],
+        }),
+      (error) =>
+        isSpillwayError(error, 'ERR_SPILLWAY_INVALID_CONFIG') &&
+        error.message === 'buckets[0].template: "a:*:*" must contain exactly one "*", found 2',
+    );
+  });
+});
+
+describe('matchBucket', () => {
+  const limits = compileLimits({
+    version: 1,
+    intervalMs: 1000,
+    ttlMs: 4000,
+    buckets: [
+      { key: 'api:caller=vip', limitRps: 7, mode: 'enforce', scope: 'global' },
+      { template: 'api:*', limitRps: 1, mode: 'enforce', scope: 'global' },
+      {
+        template: 'api:caller=*',
+        limitRps: 100,
+        mode: 'shadow',
+        scope: 'zone',
+        overrides: { acme: 1000 },
+        maxInstances: 5,
+      },
+      { template: '*:read', limitRps: 3, mode: 'enforce', scope: 'global' },
+    ],
+  });
+
+  it('exact key first, then the most specific template, with overrides by the matched text', () => {
+    assert.equal(matchBucket(limits, 'api:caller=vip')?.limitRps, 7);
+    assert.deepEqual(matchBucket(limits, 'api:caller=acme'), {
+      key: 'api:caller=acme',
+      limitRps: 1000,
+      mode: 'shadow',
+      scope: 'zone',
+      rule: 'api:caller=*',
+      instance: 'acme',
+      maxInstances: 5,
+    });
+    assert.equal(matchBucket(limits, 'api:caller=zed')?.limitRps, 100);
+    assert.equal(matchBucket(limits, 'api:other')?.rule, 'api:*');
+    assert.equal(matchBucket(limits, 'files:read')?.instance, 'files');
+  });
+
+  it('the star matches at least one character; no rule means undefined', () => {
+    assert.equal(matchBucket(limits, 'api:caller=')?.rule, 'api:*');
+    assert.equal(matchBucket(limits, 'api:'), undefined);
+    assert.equal(matchBucket(limits, ':read'), undefined);
+    assert.equal(matchBucket(limits, 'payments'), undefined);
+  });
+});
