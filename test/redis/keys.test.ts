@@ -74,6 +74,26 @@ describe('Redis limiter keys', { skip: !redisServerAvailable() && process.env.CI
     await server?.stop();
   });
 
+  it('invalid cost or key sends no command to Redis (INFO commandstats)', async () => {
+    const scriptCalls = async () => {
+      const info = await client.info('commandstats');
+      return [...info.matchAll(/^cmdstat_(evalsha|eval):calls=(\d+)/gm)].reduce(
+        (sum, m) => sum + Number(m[2]),
+        0,
+      );
+    };
+    const limiters = algorithms.map(([, , , create]) => create(ioredisAdapter(client), 'invalid'));
+    const before = await scriptCalls();
+    for (const limiter of limiters) {
+      for (const cost of [-1, Number.NaN, Number.POSITIVE_INFINITY, 4])
+        await assert.rejects(limiter.limit('k', cost));
+      for (const key of ['', 'k'.repeat(513)]) await assert.rejects(limiter.limit(key));
+    }
+    assert.equal(await scriptCalls(), before);
+    await limiters[0]!.limit('k');
+    assert.ok((await scriptCalls()) > before, 'a valid call is counted, so the check can fail');
+  });
+
   for (const [name, suffixes, maxTtlMs, create] of algorithms) {
     it(`${name}: every key written has a TTL no longer than ${maxTtlMs} ms`, async () => {
       const prefix = `ttl-${suffixes[0]}`;
