@@ -3,7 +3,7 @@ import { createAggregator } from '../control/aggregator.js';
 import { addAggregatorMetrics } from '../ops/aggregator-metrics.js';
 import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
-import { createLogger, parseLogLevel } from '../ops/logger.js';
+import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createGrpcControlClient } from '../transport/grpc-control-client.js';
@@ -140,7 +140,7 @@ export function run(argv: string[]): Promise<number> {
       },
     });
     aggregator.start();
-    logger.info({ grpc: server.address, ops: opsServer.address, zone, parents }, 'listening');
+    logListening(logger, { grpc: server.address, ops: opsServer.address, zone, parents });
 
     await waitForShutdown(logger);
     await shutdownWithin(logger, 10_000, async () => {

@@ -6,7 +6,7 @@ import { createController } from '../control/controller.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { addControllerMetrics } from '../ops/controller-metrics.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
-import { createLogger, parseLogLevel } from '../ops/logger.js';
+import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
@@ -146,10 +146,12 @@ export function run(argv: string[]): Promise<number> {
     });
     controller.start();
     const watcher = watchFile(configPath, () => reload('file'));
-    logger.info(
-      { grpc: server.address, ops: opsServer.address, config: configPath, epoch: controller.epoch },
-      'listening',
-    );
+    logListening(logger, {
+      grpc: server.address,
+      ops: opsServer.address,
+      config: configPath,
+      epoch: controller.epoch,
+    });
 
     await waitForShutdown(logger, () => reload('SIGHUP'));
     await shutdownWithin(logger, 10_000, async () => {

@@ -3,7 +3,7 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createGlobalLimiter } from '../global/global-limiter.js';
 import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
-import { createLogger, parseLogLevel } from '../ops/logger.js';
+import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createGrpcControlClient } from '../transport/grpc-control-client.js';
@@ -150,15 +150,12 @@ export function run(argv: string[]): Promise<number> {
       handles.map(({ handle, rps }) => ({ rps, offer: () => handle.allow() })),
     );
     load.start();
-    logger.info(
-      {
-        ops: opsServer.address,
-        parents: targets,
-        zone,
-        buckets: Object.fromEntries(rates.map((r) => [r.key, r.rps])),
-      },
-      'listening',
-    );
+    logListening(logger, {
+      ops: opsServer.address,
+      parents: targets,
+      zone,
+      buckets: Object.fromEntries(rates.map((r) => [r.key, r.rps])),
+    });
 
     const stopped = await Promise.race([
       waitForShutdown(logger),

@@ -41,3 +41,12 @@ export function parseLogLevel(value: string): LogLevel {
     },
   );
 }
+
+/**
+ * The one line every process prints once it accepts traffic, whatever `--log-level` says: tools and
+ * tests read the bound addresses from it (`{"msg":"listening","grpc":"127.0.0.1:43123","ops":...}`).
+ */
+export function logListening(logger: Logger, fields: Record<string, unknown>): void {
+  const level = logger.level === 'silent' ? 'silent' : 'info';
+  logger.child({}, { level }).info(fields, 'listening');
+}

@@ -1,0 +1,141 @@
+import { type ChildProcess, spawn } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+
+/**
+ * Test helper: runs `spillway <command>` as a real process from source (no build needed) and reads
+ * the addresses it bound from its `listening` log line, so every process can use port 0.
+ */
+export const REPO_ROOT = fileURLToPath(new URL('../..', import.meta.url));
+
+export interface SpillwayProcess {
+  readonly name: string;
+  readonly child: ChildProcess;
+  /** From the `listening` line: the gRPC address (controller, aggregator) and the ops address. */
+  readonly grpc: string | undefined;
+  readonly ops: string;
+  /** Every stdout and stderr line so far (for failure messages). */
+  readonly output: string[];
+  /** Settles with the exit code (or the signal name) when the process ends. */
+  readonly exited: Promise<number | string>;
+  readonly running: boolean;
+}
+
+export function spawnSpillwayRaw(args: string[]): ChildProcess {
+  return spawn(process.execPath, ['--import', 'tsx', 'src/cli/entry.ts', ...args], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
+}
+
+export async function startSpillway(
+  name: string,
+  args: string[],
+  { timeoutMs = 30_000 } = {},
+): Promise<SpillwayProcess> {
+  const child = spawnSpillwayRaw(args);
+  const output: string[] = [];
+  let running = true;
+  const exited = new Promise<number | string>((resolve) => {
+    child.once('exit', (code, signal) => {
+      running = false;
+      resolve(code ?? signal ?? 'unknown');
+    });
+  });
+  createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
+  const listening = new Promise<{ grpc?: string; ops: string }>((resolve, reject) => {
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      output.push(line);
+      if (!line.includes('"listening"')) return;
+      try {
+        const parsed = JSON.parse(line) as { msg?: string; grpc?: string; ops?: string };
+        if (parsed.msg === 'listening' && parsed.ops) resolve({ grpc: parsed.grpc, ops: parsed.ops });
+      } catch {
+        // not a log line
+      }
+    });
+    void exited.then((code) =>
+      reject(new Error(`${name} exited (${code}) before listening:\n${output.join('\n')}`)),
+    );
+  });
+  let timer: NodeJS.Timeout | undefined;
+  const timeout = new Promise<never>((_, reject) => {
+    timer = setTimeout(
+      () => reject(new Error(`${name} did not listen within ${timeoutMs} ms:\n${output.join('\n')}`)),
+      timeoutMs,
+    );
+  });
+  try {
+    const { grpc, ops } = await Promise.race([listening, timeout]);
+    return {
+      name,
+      child,
+      grpc,
+      ops,
+      output,
+      exited,
+      get running() {
+        return running;
+      },
+    };
+  } catch (error) {
+    child.kill('SIGKILL');
+    throw error;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** SIGTERM, then SIGKILL after `graceMs`; resolves with how it ended. */
+export async function stopSpillway(process: SpillwayProcess, graceMs = 5_000): Promise<number | string> {
+  if (!process.running) return process.exited;
+  process.child.kill('SIGTERM');
+  const timer = setTimeout(() => process.child.kill('SIGKILL'), graceMs);
+  try {
+    return await process.exited;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** One scrape of `/metrics` as `name{labels}` → value, keys exactly as Prometheus text prints them. */
+export async function scrape(ops: string): Promise<Map<string, number>> {
+  const response = await fetch(`http://${ops}/metrics`);
+  if (response.status !== 200) throw new Error(`GET ${ops}/metrics: ${response.status}`);
+  const series = new Map<string, number>();
+  for (const line of (await response.text()).split('\n')) {
+    const match = /^([a-zA-Z_:][\w:]*(?:\{.*\})?) (\S+)$/.exec(line);
+    if (match) series.set(match[1]!, Number(match[2]));
+  }
+  return series;
+}
+
+export function seriesKey(name: string, labels: Record<string, string> = {}): string {
+  const entries = Object.entries(labels);
+  return entries.length === 0 ? name : `${name}{${entries.map(([k, v]) => `${k}="${v}"`).join(',')}}`;
+}
+
+/** Polls `check` until it returns a value (not undefined) or the deadline passes. */
+export async function waitFor<T>(
+  what: string,
+  check: () => Promise<T | undefined>,
+  { timeoutMs = 20_000, everyMs = 250 } = {},
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs;
+  let lastError: unknown;
+  for (;;) {
+    try {
+      const value = await check();
+      if (value !== undefined) return value;
+    } catch (error) {
+      lastError = error;
+    }
+    if (Date.now() > deadline) {
+      throw new Error(
+        `timed out after ${timeoutMs} ms waiting for ${what}${lastError ? `: ${String(lastError)}` : ''}`,
+      );
+    }
+    await new Promise((resolve) => setTimeout(resolve, everyMs));
+  }
+}
