@@ -11,7 +11,8 @@ export async function connectRedis(server: RedisServer): Promise<Redis> {
     host: server.host,
     port: server.port,
     enableOfflineQueue: false,
-    maxRetriesPerRequest: 1,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
     lazyConnect: true,
   });
   await client.connect();
