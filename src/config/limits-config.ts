@@ -1,5 +1,5 @@
 import { readFile } from 'node:fs/promises';
-import { isMap, isScalar, isSeq, LineCounter, type Node, parseDocument } from 'yaml';
+import { isAlias, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, visit } from 'yaml';
 import { z } from 'zod';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 
@@ -280,6 +280,27 @@ export function parseLimitsConfig(text: string, fileName = '<limits>'): LimitsCo
     const { line, col } = lineCounter.linePos(yamlError.pos[0]);
     const what = yamlError.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
     throw configError(fileName, line, col, undefined, `YAML syntax error: ${what}`);
+  }
+  // An alias to an anchor that does not exist passes the parser and fails only on conversion.
+  let unresolved: Node | undefined;
+  visit(doc, {
+    Alias(_key, node) {
+      if (!node.resolve(doc)) {
+        unresolved = node;
+        return visit.BREAK;
+      }
+      return undefined;
+    },
+  });
+  if (unresolved && isAlias(unresolved)) {
+    const { line, col } = lineCounter.linePos(unresolved.range?.[0] ?? 0);
+    throw configError(
+      fileName,
+      line,
+      col,
+      undefined,
+      `YAML error: alias *${unresolved.source} has no anchor`,
+    );
   }
   const result = checkLimitsConfig(doc.toJS());
   if ('config' in result) return result.config;

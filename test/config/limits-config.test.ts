@@ -61,10 +61,12 @@ const failures: [file: string, message: string][] = [
     'unknown-top-field.yaml:2:1: top level: unknown field "interval" (allowed: version, intervalMs, ttlMs, buckets, ratioPolicy)',
   ],
   ['wrong-version.yaml', 'wrong-version.yaml:1:10: version: must be 1, got 2'],
+  // `.txt`: biome parses every .yaml file in the tree and would refuse this deliberately broken one.
   [
-    'yaml-syntax.yaml',
-    'yaml-syntax.yaml:5:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]',
+    'yaml-syntax.yaml.txt',
+    'yaml-syntax.yaml.txt:3:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]',
   ],
+  ['unresolved-alias.yaml', 'unresolved-alias.yaml:4:15: YAML error: alias *undefined-anchor has no anchor'],
 ];
 
 describe('limits config', () => {
