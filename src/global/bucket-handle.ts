@@ -94,7 +94,7 @@ export class Bucket implements BucketHandle {
   totalWouldDrop = 0;
   totalDroppedByGuard = 0;
 
-  /** Offered units per second in the last snapshotted window (sizes the burst guard). */
+  /** Offered units per second in the last report that measured it (sizes the burst guard). */
   recentOfferedRps = 0;
   lastActiveMs: number;
   /** Resolved through `bucket(key)`: the caller holds the handle, so it never expires. */
@@ -216,8 +216,6 @@ export class Bucket implements BucketHandle {
   /** Move the window's counts to pending and totals. Called by the reporter once per tick. */
   snapshotWindow(windowStartMs: number, nowMs: number): void {
     const offered = this.windowOffered;
-    const windowMs = nowMs - windowStartMs;
-    this.recentOfferedRps = windowMs > 0 ? (offered * 1000) / windowMs : 0;
     if (offered > 0 || this.windowAdmitted > 0) {
       if (!this.hasPending) {
         this.hasPending = true;

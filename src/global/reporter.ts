@@ -239,6 +239,7 @@ export class Reporter {
       candidates.length = max;
     }
     const spanMs = nowMs - reportStartMs;
+    const measuresRate = spanMs >= this.#intervalMs / 2;
     const usage: BucketUsage[] = [];
     for (const bucket of candidates) {
       // Counts older than this report's window (deferred, or beyond the carry-over bound) are
@@ -247,6 +248,9 @@ export class Reporter {
         const pendingSpanMs = nowMs - bucket.pendingSinceMs;
         bucket.scalePending(pendingSpanMs > 0 ? spanMs / pendingSpanMs : 0, reportStartMs);
       }
+      // The rate the controller will see from this host; a window cut short by a flush is too
+      // short to measure one, and would size the burst guard from noise.
+      if (measuresRate) bucket.recentOfferedRps = (bucket.pendingOffered * 1000) / spanMs;
       usage.push(
         create(BucketUsageSchema, {
           bucket: bucket.key,

@@ -32,6 +32,12 @@ describe('burst guard', () => {
     const snap = guarded.limiter.snapshot().buckets[0]!;
     assert.equal(snap.guardArmed, true);
     assert.equal(snap.guardCapacity, 125);
+    await guarded.flush();
+    assert.equal(
+      guarded.limiter.snapshot().buckets[0]!.guardCapacity,
+      125,
+      'a report window cut short by a flush measures no rate and does not resize the guard',
+    );
     let admitted = 0;
     for (let i = 0; i < 2_000; i++) if (handle.allow()) admitted++;
     assert.equal(admitted, 125, 'a full burst window of share, then nothing');
