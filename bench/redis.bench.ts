@@ -4,9 +4,12 @@
 // (a) latency: one call in flight, p50/p99 per call;
 // (b) throughput: IN_FLIGHT calls in flight, calls/s over CALLS calls spread over KEYS keys,
 //     once with limits high enough that every call is admitted, once with limit 1 so nearly every
-//     call is rejected (rate-limiter-flexible rejects by throwing a RateLimiterRes: that cost is its own).
-// Contenders run round-robin within each round, and each round uses fresh keys, so noise and Redis
-// state growth fall on all of them alike. Reported figures are medians over rounds.
+//     call is rejected (rate-limiter-flexible rejects by throwing a RateLimiterRes: that cost is its own);
+// (c) cost per call during (b): Redis CPU (INFO commandstats, usec of EVALSHA/EVAL per call) and
+//     this process' CPU (process.cpuUsage). Wall-clock figures swing with other load on the
+//     machine; these two move much less, so they show where a difference comes from.
+// Contenders run round-robin within each round, each round with fresh keys, so noise and Redis state
+// growth fall on all of them alike. Reported figures are medians over rounds.
 //
 // Run: node --import tsx --expose-gc bench/redis.bench.ts
 // Env: BENCH_ROUNDS (default 5), BENCH_LATENCY_CALLS (20000), BENCH_CALLS (100000),
@@ -22,6 +25,7 @@ import {
   createRedisTokenBucket,
   ioredisAdapter,
   type RedisLimiter,
+  type RedisScriptClient,
 } from '../src/redis/index.js';
 import { startRedis } from '../test/helpers/redis-server.js';
 
@@ -33,6 +37,7 @@ const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 100);
 const KEY_COUNT = Number(process.env.BENCH_KEYS ?? 1_000);
 /** Long enough that an epoch-aligned window boundary rarely falls inside a run. */
 const WINDOW_SEC = 3600;
+const WINDOW_MS = WINDOW_SEC * 1000;
 /** Admitted runs: no key can reach this within a round. */
 const HIGH_LIMIT = 10_000_000;
 const COMMAND = 'node --import tsx --expose-gc bench/redis.bench.ts';
@@ -97,6 +102,29 @@ function rateLimiterFlexible(client: Redis): Contender {
   };
 }
 
+const spillwayLimiters: [
+  string,
+  (redis: RedisScriptClient, limit: number, prefix: string) => RedisLimiter,
+][] = [
+  [
+    'spillway fixed window',
+    (redis, limit, prefix) => createRedisFixedWindow({ redis, prefix, limit, windowMs: WINDOW_MS }),
+  ],
+  [
+    'spillway sliding log',
+    (redis, limit, prefix) => createRedisSlidingLog({ redis, prefix, limit, windowMs: WINDOW_MS }),
+  ],
+  [
+    'spillway sliding counter',
+    (redis, limit, prefix) => createRedisSlidingCounter({ redis, prefix, limit, windowMs: WINDOW_MS }),
+  ],
+  [
+    'spillway token bucket',
+    (redis, limit, prefix) =>
+      createRedisTokenBucket({ redis, prefix, capacity: limit, refillPerSec: limit / WINDOW_SEC }),
+  ],
+];
+
 async function connect(port: number): Promise<Redis> {
   const client = new Redis({ host: '127.0.0.1', port, ...clientOptions });
   await new Promise<void>((resolve, reject) => {
@@ -133,10 +161,25 @@ async function measureLatency(call: Call, calls: number): Promise<{ p50Us: numbe
   return { p50Us: percentile(samples, 0.5), p99Us: percentile(samples, 0.99) };
 }
 
-async function measureThroughput(
-  call: Call,
-  calls: number,
-): Promise<{ callsPerSec: number; admitted: number }> {
+/** Microseconds Redis spent in script commands since the last CONFIG RESETSTAT. */
+async function redisScriptUsec(admin: Redis): Promise<number> {
+  const info = String(await admin.info('commandstats'));
+  let usec = 0;
+  // Commands run inside a script are listed too (cmdstat_hset...) but their time is already in
+  // the script's EVALSHA/EVAL figure, so only those two are summed.
+  for (const match of info.matchAll(/^cmdstat_(evalsha|eval):calls=\d+,usec=(\d+)/gm))
+    usec += Number(match[2]);
+  return usec;
+}
+
+interface Throughput {
+  callsPerSec: number;
+  admitted: number;
+  redisUsPerCall: number;
+  clientCpuUsPerCall: number;
+}
+
+async function measureThroughput(call: Call, calls: number, admin: Redis): Promise<Throughput> {
   let next = 0;
   let admitted = 0;
   const worker = async () => {
@@ -145,21 +188,25 @@ async function measureThroughput(
       if (await call(keys[(i * 7) % KEY_COUNT]!)) admitted++;
     }
   };
+  await admin.config('RESETSTAT');
+  const cpuBefore = process.cpuUsage();
   const startMs = performance.now();
   await Promise.all(Array.from({ length: IN_FLIGHT }, worker));
   const elapsedMs = performance.now() - startMs;
-  return { callsPerSec: (calls / elapsedMs) * 1000, admitted };
+  const cpu = process.cpuUsage(cpuBefore);
+  return {
+    callsPerSec: (calls / elapsedMs) * 1000,
+    admitted,
+    redisUsPerCall: (await redisScriptUsec(admin)) / calls,
+    clientCpuUsPerCall: (cpu.user + cpu.system) / calls,
+  };
 }
 
-interface Row {
-  contender: string;
-  latencyP50Us: number;
-  latencyP99Us: number;
-  admittedCallsPerSec: number;
-  rejectedCallsPerSec: number;
-  admittedFraction: number;
-  rejectedFraction: number;
-  faults: number;
+interface Samples {
+  p50: number[];
+  p99: number[];
+  admitted: Throughput[];
+  rejected: Throughput[];
 }
 
 async function main(): Promise<void> {
@@ -171,68 +218,33 @@ async function main(): Promise<void> {
     });
   }
   const clients: Redis[] = [];
+  const client = async () => {
+    const c = await connect(server.port);
+    clients.push(c);
+    return c;
+  };
   try {
-    const info = await (async () => {
-      const c = await connect(server.port);
-      clients.push(c);
-      return String(await c.info('server'));
-    })();
-    const redisVersion = /redis_version:(\S+)/.exec(info)?.[1] ?? 'unknown';
-    const client = async () => {
-      const c = await connect(server.port);
-      clients.push(c);
-      return c;
-    };
-    const windowMs = WINDOW_SEC * 1000;
+    const admin = await client();
+    const redisVersion = /redis_version:(\S+)/.exec(String(await admin.info('server')))?.[1] ?? 'unknown';
     const contenders: Contender[] = [];
-    for (const [name, create] of [
-      [
-        'spillway fixed window',
-        (redis: Redis) => (limit: number, prefix: string) =>
-          createRedisFixedWindow({ redis: ioredisAdapter(redis), prefix, limit, windowMs }),
-      ],
-      [
-        'spillway sliding log',
-        (redis: Redis) => (limit: number, prefix: string) =>
-          createRedisSlidingLog({ redis: ioredisAdapter(redis), prefix, limit, windowMs }),
-      ],
-      [
-        'spillway sliding counter',
-        (redis: Redis) => (limit: number, prefix: string) =>
-          createRedisSlidingCounter({ redis: ioredisAdapter(redis), prefix, limit, windowMs }),
-      ],
-      [
-        'spillway token bucket',
-        (redis: Redis) => (limit: number, prefix: string) =>
-          createRedisTokenBucket({
-            redis: ioredisAdapter(redis),
-            prefix,
-            capacity: limit,
-            refillPerSec: limit / WINDOW_SEC,
-          }),
-      ],
-    ] as const) {
-      const c = await client();
-      contenders.push(spillway(name, create(c)));
+    for (const [name, create] of spillwayLimiters) {
+      const redis = ioredisAdapter(await client());
+      contenders.push(spillway(name, (limit, prefix) => create(redis, limit, prefix)));
     }
     contenders.push(rateLimiterFlexible(await client()));
 
     // Warmup: JIT, script caches (EVALSHA), connections.
     for (const contender of contenders) {
       await measureLatency(contender.make(HIGH_LIMIT, 'warm-a'), WARMUP_CALLS);
-      await measureThroughput(contender.make(HIGH_LIMIT, 'warm-b'), WARMUP_CALLS * 4);
-      await measureThroughput(contender.make(1, 'warm-c'), WARMUP_CALLS * 4);
+      await measureThroughput(contender.make(HIGH_LIMIT, 'warm-b'), WARMUP_CALLS * 4, admin);
+      await measureThroughput(contender.make(1, 'warm-c'), WARMUP_CALLS * 4, admin);
     }
-    await clients[0]!.flushall();
+    await admin.flushall();
 
-    const samples = new Map<
-      string,
-      { p50: number[]; p99: number[]; admitted: number[]; rejected: number[] }
-    >();
-    const fractions = new Map<string, { admitted: number; rejected: number }>();
+    const samples = new Map<string, Samples>();
     for (const c of contenders) samples.set(c.name, { p50: [], p99: [], admitted: [], rejected: [] });
     for (let round = 0; round < ROUNDS; round++) {
-      // Rotate the order each round so no contender always runs first (cold) or last.
+      // Rotate the order each round so no contender always runs first or last.
       const order = contenders.map((_, i) => contenders[(i + round) % contenders.length]!);
       for (const contender of order) {
         const s = samples.get(contender.name)!;
@@ -241,46 +253,45 @@ async function main(): Promise<void> {
         s.p50.push(latency.p50Us);
         s.p99.push(latency.p99Us);
         collectGarbage();
-        const admitted = await measureThroughput(contender.make(HIGH_LIMIT, `r${round}-adm`), CALLS);
-        s.admitted.push(admitted.callsPerSec);
+        const admitted = await measureThroughput(contender.make(HIGH_LIMIT, `r${round}-adm`), CALLS, admin);
+        s.admitted.push(admitted);
         collectGarbage();
-        const rejected = await measureThroughput(contender.make(1, `r${round}-rej`), CALLS);
-        s.rejected.push(rejected.callsPerSec);
-        fractions.set(contender.name, {
-          admitted: admitted.admitted / CALLS,
-          rejected: 1 - rejected.admitted / CALLS,
-        });
+        const rejected = await measureThroughput(contender.make(1, `r${round}-rej`), CALLS, admin);
+        s.rejected.push(rejected);
+        // A figure is only meaningful if the run measured what it claims to.
+        if (admitted.admitted !== CALLS)
+          throw new Error(`${contender.name}: admitted run rejected some calls`);
+        // One admitted call per key, two if a window boundary fell inside the run.
+        if (rejected.admitted > 2 * KEY_COUNT)
+          throw new Error(`${contender.name}: rejected run admitted ${rejected.admitted} calls`);
         process.stdout.write(
           `round ${round + 1}/${ROUNDS} ${contender.name}: p50 ${latency.p50Us.toFixed(0)} us, ` +
-            `${admitted.callsPerSec.toFixed(0)} admitted calls/s, ${rejected.callsPerSec.toFixed(0)} rejected calls/s\n`,
+            `${admitted.callsPerSec.toFixed(0)} admitted calls/s, ${rejected.callsPerSec.toFixed(0)} rejected calls/s, ` +
+            `redis ${admitted.redisUsPerCall.toFixed(2)}/${rejected.redisUsPerCall.toFixed(2)} us/call\n`,
         );
       }
-      await clients[0]!.flushall();
+      await admin.flushall();
     }
 
-    const rows: Row[] = contenders.map((c) => {
+    const rows = contenders.map((c) => {
       const s = samples.get(c.name)!;
-      const f = fractions.get(c.name)!;
+      const m = (runs: Throughput[], field: keyof Throughput) => median(runs.map((run) => run[field]));
       return {
         contender: c.name,
         latencyP50Us: median(s.p50),
         latencyP99Us: median(s.p99),
-        admittedCallsPerSec: median(s.admitted),
-        rejectedCallsPerSec: median(s.rejected),
-        admittedFraction: f.admitted,
-        rejectedFraction: f.rejected,
+        admittedCallsPerSec: m(s.admitted, 'callsPerSec'),
+        rejectedCallsPerSec: m(s.rejected, 'callsPerSec'),
+        admittedRedisUsPerCall: m(s.admitted, 'redisUsPerCall'),
+        rejectedRedisUsPerCall: m(s.rejected, 'redisUsPerCall'),
+        admittedClientCpuUsPerCall: m(s.admitted, 'clientCpuUsPerCall'),
+        rejectedClientCpuUsPerCall: m(s.rejected, 'clientCpuUsPerCall'),
+        rejectedShare: 1 - m(s.rejected, 'admitted') / CALLS,
         faults: c.faults(),
       };
     });
-    for (const r of rows) {
-      // A figure is only meaningful if the run measured what it claims to.
-      if (r.admittedFraction !== 1) throw new Error(`${r.contender}: admitted run rejected some calls`);
-      // One admitted call per key, two if a window boundary fell inside the run.
-      if (r.rejectedFraction < 1 - (2 * KEY_COUNT) / CALLS - 1e-9)
-        throw new Error(`${r.contender}: rejected run admitted more than two calls per key`);
-    }
     const baseline = rows.find((r) => r.contender.startsWith('rate-limiter-flexible'))!;
-    // Ratios > 1 mean Spillway is faster than RateLimiterRedis on that measure.
+    // Ratios > 1 mean Spillway is faster (or cheaper) than RateLimiterRedis on that measure.
     const ratios = rows
       .filter((r) => r !== baseline)
       .map((r) => ({
@@ -289,6 +300,8 @@ async function main(): Promise<void> {
         latencyP99: baseline.latencyP99Us / r.latencyP99Us,
         admittedThroughput: r.admittedCallsPerSec / baseline.admittedCallsPerSec,
         rejectedThroughput: r.rejectedCallsPerSec / baseline.rejectedCallsPerSec,
+        admittedRedisCpu: baseline.admittedRedisUsPerCall / r.admittedRedisUsPerCall,
+        admittedClientCpu: baseline.admittedClientCpuUsPerCall / r.admittedClientCpuUsPerCall,
       }));
 
     const version = (pkg: string) =>
@@ -301,19 +314,14 @@ async function main(): Promise<void> {
       rateLimiterFlexible: version('rate-limiter-flexible'),
       platform: `${os.type()} ${os.release()} ${os.arch()}`,
       cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+      loadAverage1m: os.loadavg()[0] ?? 0,
       command: COMMAND,
       rounds: ROUNDS,
       latencyCalls: LATENCY_CALLS,
       throughputCalls: CALLS,
       inFlight: IN_FLIGHT,
       keys: KEY_COUNT,
-      clientOptions: {
-        enableOfflineQueue: false,
-        maxRetriesPerRequest: 0,
-        autoResendUnfulfilledCommands: false,
-        connectTimeout: 1000,
-        socketTimeout: 1000,
-      },
+      windowSec: WINDOW_SEC,
     };
     mkdirSync('bench/results', { recursive: true });
     writeFileSync('bench/results/redis.json', `${JSON.stringify({ meta, rows, ratios }, null, 2)}\n`);
@@ -323,34 +331,46 @@ async function main(): Promise<void> {
     const md = [
       '# Redis limiters vs rate-limiter-flexible',
       '',
-      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu}`,
+      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu} · load average ${n(meta.loadAverage1m, 1)} at the end`,
       '',
       `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds after warmup, contenders round-robin, medians over rounds).`,
-      `One private redis-server on loopback, no persistence; each contender has its own ioredis`,
-      `connection with the same options (docs/redis-operations.md). Spillway limiters use their defaults`,
-      `(timeoutMs 100, fail-open); RateLimiterRedis its defaults (points = limit, duration ${WINDOW_SEC} s).`,
+      'One private redis-server on loopback, no persistence; each contender has its own ioredis',
+      'connection with the same options (docs/redis-operations.md). Spillway limiters use their defaults',
+      `(timeoutMs 100, fail-open); RateLimiterRedis its defaults (points = limit, duration ${WINDOW_SEC} s),`,
+      'which is a fixed window: the like-for-like row is "spillway fixed window".',
       `Latency: 1 call in flight, ${n(LATENCY_CALLS)} calls per round over ${n(KEY_COUNT)} keys, all admitted.`,
       `Throughput: ${IN_FLIGHT} calls in flight, ${n(CALLS)} calls per round over ${n(KEY_COUNT)} keys;`,
-      `"admitted" run with a limit no key reaches, "rejected" run with limit 1 (all but the first call per key rejected).`,
+      '"admitted": a limit no key reaches; "rejected": limit 1, so all but the first call per key are rejected.',
       '',
-      '| limiter | p50 µs | p99 µs | admitted calls/s | rejected calls/s | share rejected in rejected run | faults |',
-      '|---|---:|---:|---:|---:|---:|---:|',
+      '| limiter | p50 µs | p99 µs | admitted calls/s | rejected calls/s | faults |',
+      '|---|---:|---:|---:|---:|---:|',
       ...rows.map(
         (r) =>
-          `| ${r.contender} | ${n(r.latencyP50Us)} | ${n(r.latencyP99Us)} | ${n(r.admittedCallsPerSec)} | ${n(r.rejectedCallsPerSec)} | ${n(r.rejectedFraction * 100, 1)}% | ${r.faults} |`,
+          `| ${r.contender} | ${n(r.latencyP50Us)} | ${n(r.latencyP99Us)} | ${n(r.admittedCallsPerSec)} | ${n(r.rejectedCallsPerSec)} | ${r.faults} |`,
       ),
       '',
-      'Speed relative to RateLimiterRedis (> 1.00 = Spillway faster; latency ratios are RLF time / Spillway time):',
+      'Cost per call during the throughput runs: Redis CPU in the script (INFO commandstats) and this',
+      "Node process' CPU (client library + limiter). Less sensitive to other load than wall-clock figures.",
       '',
-      '| limiter | p50 latency | p99 latency | admitted throughput | rejected throughput |',
+      '| limiter | Redis µs/call admitted | Redis µs/call rejected | client CPU µs/call admitted | client CPU µs/call rejected |',
       '|---|---:|---:|---:|---:|',
+      ...rows.map(
+        (r) =>
+          `| ${r.contender} | ${n(r.admittedRedisUsPerCall, 2)} | ${n(r.rejectedRedisUsPerCall, 2)} | ${n(r.admittedClientCpuUsPerCall, 1)} | ${n(r.rejectedClientCpuUsPerCall, 1)} |`,
+      ),
+      '',
+      'Relative to RateLimiterRedis (> 1.00 = Spillway faster or cheaper; latency and CPU ratios are RLF / Spillway):',
+      '',
+      '| limiter | p50 latency | p99 latency | admitted throughput | rejected throughput | Redis CPU (admitted) | client CPU (admitted) |',
+      '|---|---:|---:|---:|---:|---:|---:|',
       ...ratios.map(
         (r) =>
-          `| ${r.contender} | ${n(r.latencyP50, 2)} | ${n(r.latencyP99, 2)} | ${n(r.admittedThroughput, 2)} | ${n(r.rejectedThroughput, 2)} |`,
+          `| ${r.contender} | ${n(r.latencyP50, 2)} | ${n(r.latencyP99, 2)} | ${n(r.admittedThroughput, 2)} | ${n(r.rejectedThroughput, 2)} | ${n(r.admittedRedisCpu, 2)} | ${n(r.admittedClientCpu, 2)} |`,
       ),
       '',
-      `"faults" counts calls that timed out or errored (decided by policy, not counted by Redis); a`,
-      "non-zero value means that contender's figures include policy decisions and are not comparable.",
+      '"faults" counts calls that timed out or errored (decided by the fail policy, not counted by',
+      'Redis) over the whole run; more than a handful means the machine was too loaded for the figures',
+      'to mean much.',
       '',
     ].join('\n');
     writeFileSync('bench/results/redis.md', md);
