@@ -77,7 +77,7 @@ export function parseFlags(spec: CommandSpec, argv: string[]): { help: boolean; 
   } catch (error) {
     // node:util's first line is the clear part ("Unknown option '--x'"); the rest is advice about dashes.
     const firstLine = (error instanceof Error ? error.message : String(error)).split('\n')[0]!;
-    const missing = /^Option '(-[^']*)' argument (?:is ambiguous|missing)/.exec(firstLine);
+    const missing = /^Option '(?:-\w, )?(--?[\w-]+)[^']*' argument (?:is ambiguous|missing)/.exec(firstLine);
     throw usageError(
       missing ? `${missing[1]} needs a value` : firstLine.replace(/\. To specify a positional.*$/, ''),
     );

@@ -1,0 +1,261 @@
+import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import { promisify } from 'node:util';
+import { create } from '@bufbuild/protobuf';
+import { subcommands } from '../../src/cli/main.js';
+import { ReportRequestSchema } from '../../src/gen/spillway/v1/control_pb.js';
+import { createGrpcControlClient } from '../../src/transport/grpc-control-client.js';
+import {
+  REPO_ROOT,
+  type SpillwayProcess,
+  scrape,
+  startSpillway,
+  stopSpillway,
+  waitFor,
+} from '../integration/spillway-process.js';
+
+const execFileAsync = promisify(execFile);
+
+/** Runs `spillway <args>` from source to completion. */
+async function spillway(args: string[]): Promise<{ code: number; stdout: string; stderr: string }> {
+  try {
+    const { stdout, stderr } = await execFileAsync(
+      process.execPath,
+      ['--import', 'tsx', 'src/cli/entry.ts', ...args],
+      {
+        cwd: REPO_ROOT,
+        timeout: 30_000,
+      },
+    );
+    return { code: 0, stdout, stderr };
+  } catch (error) {
+    const e = error as { code?: number; stdout?: string; stderr?: string };
+    return { code: typeof e.code === 'number' ? e.code : -1, stdout: e.stdout ?? '', stderr: e.stderr ?? '' };
+  }
+}
+
+async function captureStderr(fn: () => Promise<number>): Promise<{ code: number; stderr: string }> {
+  const chunks: string[] = [];
+  const original = process.stderr.write;
+  process.stderr.write = ((chunk: string | Uint8Array) => {
+    chunks.push(String(chunk));
+    return true;
+  }) as typeof process.stderr.write;
+  try {
+    return { code: await fn(), stderr: chunks.join('') };
+  } finally {
+    process.stderr.write = original;
+  }
+}
+
+const dir = mkdtempSync(join(tmpdir(), 'spillway-cli-'));
+const running: SpillwayProcess[] = [];
+after(async () => {
+  await Promise.all(running.map((p) => stopSpillway(p, 3_000)));
+  rmSync(dir, { recursive: true, force: true });
+});
+
+describe('spillway subcommands: help and usage errors', () => {
+  it('lists the subcommands in the top-level help', async () => {
+    const { code, stdout } = await spillway(['--help']);
+    assert.equal(code, 0);
+    for (const name of ['controller', 'aggregator', 'host'])
+      assert.match(stdout, new RegExp(`^  ${name} `, 'm'));
+  });
+
+  it('prints each command’s flags with --help and exits 0', async () => {
+    const expected: Record<string, string[]> = {
+      controller: ['--config', '--listen', '--ops', '--id', '--log-level'],
+      aggregator: ['--zone', '--parent', '--listen', '--ops', '--id', '--interval-ms'],
+      host: ['--aggregator', '--zone', '--bucket', '--duration-s', '--ops', '--id'],
+    };
+    await Promise.all(
+      Object.entries(expected).map(async ([command, flags]) => {
+        const { code, stdout } = await spillway([command, '--help']);
+        assert.equal(code, 0, command);
+        assert.match(stdout, new RegExp(`^Usage: spillway ${command} \\[options\\]`));
+        for (const flag of flags) assert.ok(stdout.includes(flag), `${command} --help mentions ${flag}`);
+      }),
+    );
+  });
+
+  it('exits 2 with ERR_SPILLWAY_INVALID_USAGE and a clear message on bad flags', async () => {
+    const cases: [string[], RegExp][] = [
+      [['host', '--zone', 'z1', '--bucket', 'a=1'], /--aggregator is required/],
+      [
+        ['host', '--zone', 'z1', '--bucket', 'a=fast', '--aggregator', '127.0.0.1:7071'],
+        /--bucket wants key=rps/,
+      ],
+      [
+        ['host', '--zone', 'z1', '--bucket', 'a=1', '--aggregator', 'nowhere'],
+        /--aggregator must be host:port/,
+      ],
+      [
+        ['host', '--zone', 'z1', '--bucket', 'a=1,a=2', '--aggregator', '127.0.0.1:7071'],
+        /'a' is given twice/,
+      ],
+      [['aggregator', '--zone', 'z1', '--parent'], /--parent needs a value/],
+      [
+        ['aggregator', '--zone', 'z1', '--parent', '127.0.0.1:7070', '--frobnicate'],
+        /Unknown option '--frobnicate'/,
+      ],
+      [['aggregator', '--zone', 'z1', '--parent', '127.0.0.1:0'], /port 0 is not a valid target/],
+      [
+        ['aggregator', '--zone', 'z1', '--parent', '127.0.0.1:7070', '--interval-ms', 'soon'],
+        /--interval-ms must be/,
+      ],
+      [['controller', '--config', 'x.yaml', '--listen', '127.0.0.1:99999'], /--listen must be host:port/],
+      [['controller', '--config', 'x.yaml', '--log-level', 'loud'], /--log-level must be one of/],
+      [['controller', '--config', 'x.yaml', 'stray'], /unexpected argument 'stray'/],
+      [['controller'], /--config is required/],
+    ];
+    // In process: run() returns the exit code the entry point uses; stderr is captured.
+    for (const [[command, ...args], message] of cases) {
+      const module = (await subcommands[command!]!.load()) as { run(argv: string[]): Promise<number> };
+      const { code, stderr } = await captureStderr(() => module.run(args));
+      assert.equal(code, 2, `${command} ${args.join(' ')}: ${stderr}`);
+      assert.match(stderr, message, `${command} ${args.join(' ')}`);
+      assert.match(stderr, /\(ERR_SPILLWAY_INVALID_USAGE\)\nRun 'spillway \w+ --help' for usage\.\n$/);
+    }
+    // And once through the real entry point, for the process exit code.
+    const { code, stderr } = await spillway(['host', '--bogus']);
+    assert.equal(code, 2);
+    assert.match(stderr, /Unknown option '--bogus' \(ERR_SPILLWAY_INVALID_USAGE\)/);
+  });
+
+  it('controller exits 2 naming file, line and column for an invalid limits file', async () => {
+    const path = join(dir, 'bad.yaml');
+    writeFileSync(path, 'version: 1\nbuckets:\n  - key: a\n    limitRps: -1\n');
+    const { code, stderr } = await spillway([
+      'controller',
+      '--config',
+      path,
+      '--listen',
+      '127.0.0.1:0',
+      '--ops',
+      '127.0.0.1:0',
+    ]);
+    assert.equal(code, 2);
+    assert.match(stderr, /bad\.yaml:4:\d+: buckets\[0\]\.limitRps/);
+    assert.match(stderr, /ERR_SPILLWAY_INVALID_CONFIG/);
+  });
+});
+
+describe('spillway controller: limits reload', () => {
+  it('reloads on file change and SIGHUP, keeps the old limits when the new file is invalid', async () => {
+    const path = join(dir, 'limits.yaml');
+    const limits = (limitRps: number) =>
+      `version: 1\nintervalMs: 200\nbuckets:\n  - key: api\n    limitRps: ${limitRps}\n`;
+    writeFileSync(path, limits(100));
+    const controller = await startSpillway('controller', [
+      'controller',
+      '--config',
+      path,
+      '--listen',
+      '127.0.0.1:0',
+      '--ops',
+      '127.0.0.1:0',
+    ]);
+    running.push(controller);
+    const client = createGrpcControlClient(controller.grpc!);
+    let sequence = 0n;
+    const limitSeen = async () => {
+      sequence += 1n;
+      const response = await client.report(
+        create(ReportRequestSchema, {
+          reporterId: 'probe',
+          sequence,
+          windowStartMs: 1_000n,
+          windowEndMs: 2_000n,
+          hostCount: 1,
+          buckets: [{ bucket: 'api', offered: 10, admitted: 10 }],
+        }),
+        { timeoutMs: 5_000 },
+      );
+      return response.directives[0]?.limitRps;
+    };
+    const reloads = async (result: string) =>
+      (await scrape(controller.ops)).get(`spillway_config_reloads_total{result="${result}"}`) ?? 0;
+    try {
+      // The first directive comes after the controller's first tick.
+      await waitFor('a first directive', async () => ((await limitSeen()) === 100 ? true : undefined));
+
+      writeFileSync(path, limits(250));
+      await waitFor('the file change to apply', async () => ((await limitSeen()) === 250 ? true : undefined));
+      assert.equal(await reloads('ok'), 1);
+
+      writeFileSync(path, 'version: 1\nbuckets:\n  - key: api\n    limitRps: lots\n');
+      await waitFor('the failed reload to be counted', async () =>
+        (await reloads('error')) >= 1 ? true : undefined,
+      );
+      assert.equal(await limitSeen(), 250, 'the previous limits stay in force');
+      const health = (await (await fetch(`http://${controller.ops}/healthz`)).json()) as {
+        lastReloadError: string;
+      };
+      assert.match(health.lastReloadError, /limits\.yaml:4:\d+/);
+      assert.ok(
+        controller.output.some((line) => line.includes('limits reload failed')),
+        'the failure is logged',
+      );
+
+      // SIGHUP reloads even when the watcher saw nothing (e.g. a file on a mount without events).
+      writeFileSync(path, limits(300));
+      await waitFor('the repaired file to apply', async () =>
+        (await limitSeen()) === 300 ? true : undefined,
+      );
+      const okBefore = await reloads('ok');
+      controller.child.kill('SIGHUP');
+      await waitFor('SIGHUP to reload', async () => ((await reloads('ok')) > okBefore ? true : undefined));
+    } finally {
+      client.close();
+    }
+    assert.equal(await stopSpillway(controller), 0, 'SIGTERM exits 0');
+    assert.ok(controller.output.some((line) => line.includes('"msg":"stopped"')));
+  });
+});
+
+describe('spillway host', () => {
+  it('fails open without a control plane and stops by itself after --duration-s', async () => {
+    const { code, stdout } = await spillway([
+      'host',
+      '--aggregator',
+      '127.0.0.1:1',
+      '--zone',
+      'z1',
+      '--bucket',
+      'a=200',
+      '--duration-s',
+      '1.5',
+      '--ops',
+      '127.0.0.1:0',
+    ]);
+    assert.equal(code, 0);
+    const lines = stdout
+      .trim()
+      .split('\n')
+      .map(
+        (l) =>
+          JSON.parse(l) as {
+            msg: string;
+            ops?: string;
+            totals?: { bucket: string; offered: number; admitted: number }[];
+          },
+      );
+    assert.equal(lines[0]!.msg, 'listening');
+    assert.match(lines[0]!.ops ?? '', /^127\.0\.0\.1:\d+$/);
+    assert.ok(
+      lines.some((l) => l.msg.includes('report failed')),
+      'the unreachable aggregator is logged',
+    );
+    const stopped = lines.at(-1)!;
+    assert.equal(stopped.msg, 'stopped');
+    const [totals] = stopped.totals!;
+    assert.equal(totals!.bucket, 'a');
+    assert.ok(totals!.offered >= 150, `offered ${totals!.offered} in 1.5 s at 200 rps`);
+    assert.equal(totals!.admitted, totals!.offered, 'everything admitted: no directive, ratio 0');
+  });
+});
