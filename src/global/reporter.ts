@@ -281,8 +281,17 @@ export class Reporter {
     this.#lastReportAtMs = nowMs;
     const inFlight = this.#send(client, request).then((outcome) => {
       if (this.#inFlight === inFlight) this.#inFlight = undefined;
-      if (outcome instanceof SpillwayError) this.#onFailure(client, clientIndex, outcome);
-      else this.#onSuccess(outcome, included, nowMs);
+      // Never rejects: a malformed reply from a broken client must not surface as an unhandled
+      // rejection (which would end the process) or stop the loop.
+      try {
+        if (outcome instanceof SpillwayError) this.#onFailure(client, clientIndex, outcome);
+        else this.#onSuccess(outcome, included, nowMs);
+      } catch (error) {
+        this.#config.logger?.warn(
+          { err: error, target: client.target },
+          'global limiter could not apply a reply',
+        );
+      }
     });
     this.#inFlight = inFlight;
   }

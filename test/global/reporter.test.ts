@@ -380,3 +380,33 @@ describe('reporter', () => {
     }
   });
 });
+
+describe('reporter against a broken client', () => {
+  it('survives a reply that is not a ReportResponse (no unhandled rejection, the loop goes on)', async () => {
+    const clock = new ManualClock(0);
+    const warnings: string[] = [];
+    let calls = 0;
+    const broken: ControlClient = {
+      target: 'broken',
+      report: async () => {
+        calls++;
+        return undefined as unknown as ReportResponse;
+      },
+      close: () => {},
+    };
+    const limiter = createGlobalLimiter({
+      reporterId: 'h',
+      clients: [broken],
+      scheduler: clock,
+      jitterRatio: 0,
+      logger: { warn: (_obj, msg) => warnings.push(msg) },
+    });
+    limiter.start();
+    await advance(clock, 3_000, 500);
+    assert.equal(calls, 3);
+    assert.ok(warnings.includes('global limiter could not apply a reply'));
+    assert.equal(limiter.allow('k'), true);
+    await drive(clock, limiter.flush());
+    await limiter.stop();
+  });
+});
