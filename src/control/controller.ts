@@ -19,7 +19,7 @@ import {
 } from '../gen/spillway/v1/control_pb.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
-import { createRatioPolicy, type RatioPolicy } from './ratio-policy.js';
+import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
 import { type ReportLimits, validateReport } from './validate-report.js';
 
@@ -411,14 +411,16 @@ export function createController(options: ControllerOptions): Controller {
     group.children++;
   }
 
+  /** Reused for every bucket of a tick (policies must not keep it): 100,000 buckets, no garbage. */
+  const input: RatioInput = { offeredRps: 0, admittedRps: 0, limitRps: 0 };
+
   function compute(group: Group, resolved: ResolvedBucket): void {
     group.limitRps = resolved.limitRps;
     group.mode = toMode(resolved.mode);
-    group.dropRatio = policy.nextDropRatio(group.policyState, {
-      offeredRps: group.offeredRps,
-      admittedRps: group.admittedRps - group.wouldDropRps,
-      limitRps: resolved.limitRps,
-    });
+    input.offeredRps = group.offeredRps;
+    input.admittedRps = group.admittedRps - group.wouldDropRps;
+    input.limitRps = resolved.limitRps;
+    group.dropRatio = policy.nextDropRatio(group.policyState, input);
     group.computed = true;
     group.directive = undefined;
   }

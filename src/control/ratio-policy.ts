@@ -23,7 +23,7 @@ export interface RatioInput {
 export interface RatioPolicy<S = unknown> {
   readonly spec: RatioPolicySpec;
   createState(): S;
-  /** The ratio for this tick, in [0, 1]. May update `state` in place. */
+  /** The ratio for this tick, in [0, 1]. May update `state` in place; must not keep `input` (it is reused). */
   nextDropRatio(state: S, input: RatioInput): number;
 }
 
