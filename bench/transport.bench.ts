@@ -153,6 +153,7 @@ const pairs = [
 ] as const;
 
 async function main(): Promise<void> {
+  const loadAtStart = os.loadavg()[0]!;
   const servers = { 'grpc-js': await grpcJsServer(), 'connect-node': await connectServer() };
   const cases = pairs.flatMap((pair) =>
     IN_FLIGHT.map((inFlight) => {
@@ -191,7 +192,8 @@ async function main(): Promise<void> {
   const ratios = IN_FLIGHT.map((inFlight) => ({
     inFlight,
     grpcJsOverConnect:
-      find('grpc-js', 'grpc-js', inFlight).callsPerSec / find('connect-node', 'connect-node', inFlight).callsPerSec,
+      find('grpc-js', 'grpc-js', inFlight).callsPerSec /
+      find('connect-node', 'connect-node', inFlight).callsPerSec,
   }));
 
   const meta = {
@@ -199,20 +201,27 @@ async function main(): Promise<void> {
     node: process.version,
     platform: `${os.type()} ${os.release()} ${os.arch()}`,
     cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+    // A loaded machine (load above the core count) makes every figure here meaningless; say so.
+    loadAverage1m: { atStart: loadAtStart, atEnd: os.loadavg()[0]! },
     command: 'node --import tsx --expose-gc bench/transport.bench.ts',
     rounds: ROUNDS,
     roundMs: ROUND_MS,
     warmupMs: WARMUP_MS,
     buckets: BUCKETS,
-    libraries: { '@grpc/grpc-js': '1.14.7', '@connectrpc/connect-node': '2.1.2', '@bufbuild/protobuf': '2.12.0' },
+    libraries: {
+      '@grpc/grpc-js': '1.14.7',
+      '@connectrpc/connect-node': '2.1.2',
+      '@bufbuild/protobuf': '2.12.0',
+    },
   };
   mkdirSync('bench/results', { recursive: true });
   writeFileSync('bench/results/transport.json', `${JSON.stringify({ meta, results, ratios }, null, 2)}\n`);
-  const fmt = (n: number, digits = 0) => n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
+  const fmt = (n: number, digits = 0) =>
+    n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
   const md = [
     '# Transport: unary Report over loopback',
     '',
-    `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu}`,
+    `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu} · 1-min load average ${fmt(loadAtStart, 1)} at start, ${fmt(meta.loadAverage1m.atEnd, 1)} at end`,
     '',
     `Reproduce: \`${meta.command}\` (${ROUNDS} rounds of ${ROUND_MS} ms after ${WARMUP_MS} ms warmup per case, medians).`,
     `Each call sends a ${BUCKETS}-bucket ReportRequest and receives ${BUCKETS} directives. Client and server run in`,
@@ -227,7 +236,8 @@ async function main(): Promise<void> {
     ),
     '',
     ...ratios.map(
-      (r) => `grpc-js/grpc-js over connect-node/connect-node, ${r.inFlight} in flight: **${fmt(r.grpcJsOverConnect, 2)}x** calls/s.`,
+      (r) =>
+        `grpc-js/grpc-js over connect-node/connect-node, ${r.inFlight} in flight: **${fmt(r.grpcJsOverConnect, 2)}x** calls/s.`,
     ),
     '',
   ].join('\n');
