@@ -94,8 +94,10 @@ export class Bucket implements BucketHandle {
   totalWouldDrop = 0;
   totalDroppedByGuard = 0;
 
-  /** Offered units per second in the last report that measured it (sizes the burst guard). */
+  /** Offered units per second in the last report that measured it. */
   recentOfferedRps = 0;
+  /** The same for the report before (the burst guard sizes from the lower of the two). */
+  previousOfferedRps = 0;
   lastActiveMs: number;
   /** Resolved through `bucket(key)`: the caller holds the handle, so it never expires. */
   pinned = false;
@@ -213,6 +215,12 @@ export class Bucket implements BucketHandle {
     this.guardRefilledAtMs = nowMs;
   }
 
+  /** Record the host's offered rate measured by a report. */
+  measuredOfferedRps(offeredRps: number): void {
+    this.previousOfferedRps = this.recentOfferedRps;
+    this.recentOfferedRps = offeredRps;
+  }
+
   /** Move the window's counts to pending and totals. Called by the reporter once per tick. */
   snapshotWindow(windowStartMs: number, nowMs: number): void {
     const offered = this.windowOffered;
@@ -288,12 +296,18 @@ export class Bucket implements BucketHandle {
   sizeGuard(nowMs: number): void {
     const guard = this.context.burstGuard;
     if (!guard) return;
-    const shareRps = hostShareRps(
-      this.limitRps,
-      this.recentOfferedRps,
-      this.globalOfferedRps,
-      guard.slackRatio,
-    );
+    // The directive's fleet-wide offered rate lags the host's own by a report or two. Sizing from
+    // a surging host's newest rate would grant it the surge (share = its rate / a stale total);
+    // the lower of its last two rates is the one the fleet total most likely contains.
+    const hostOfferedRps =
+      this.previousOfferedRps > 0
+        ? Math.min(this.previousOfferedRps, this.recentOfferedRps)
+        : this.recentOfferedRps;
+    let shareRps = hostShareRps(this.limitRps, hostOfferedRps, this.globalOfferedRps, guard.slackRatio);
+    const previousShareRps = this.guardRefillPerMs * 1000;
+    if (guard.maxShareGrowthRatio !== undefined && previousShareRps > 0) {
+      shareRps = Math.min(shareRps, previousShareRps * (1 + guard.maxShareGrowthRatio));
+    }
     const burstWindowMs = guard.burstWindowMs ?? this.context.intervalMs();
     this.topUpGuard(nowMs);
     this.guardRefillPerMs = shareRps / 1000;

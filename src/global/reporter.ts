@@ -250,7 +250,7 @@ export class Reporter {
       }
       // The rate the controller will see from this host; a window cut short by a flush is too
       // short to measure one, and would size the burst guard from noise.
-      if (measuresRate) bucket.recentOfferedRps = (bucket.pendingOffered * 1000) / spanMs;
+      if (measuresRate) bucket.measuredOfferedRps((bucket.pendingOffered * 1000) / spanMs);
       usage.push(
         create(BucketUsageSchema, {
           bucket: bucket.key,

@@ -58,6 +58,35 @@ describe('burst guard', () => {
     assert.equal(plainAdmitted, 2_000, 'without the guard the spike passes until the loop reacts');
   });
 
+  it('sizes a surging host from the lower of its last two rates (the fleet total lags the surge)', async () => {
+    const h = harness({ burstGuard: {} });
+    const handle = await warmedUp(h);
+    const surge = async () => {
+      for (let i = 0; i < 1_000; i++) handle.allow();
+      h.clock.advance(1_000);
+      await h.flush();
+      return h.limiter.snapshot().buckets[0]!;
+    };
+    const first = await surge();
+    assert.equal(first.hostOfferedRps, 1_000);
+    assert.equal(first.guardCapacity, 125, 'min(100, 1000) rps: the surge does not size its own share');
+    const second = await surge();
+    assert.equal(second.guardCapacity, 1_250, 'a sustained rate counts once two reports show it');
+  });
+
+  it('maxShareGrowthRatio caps how fast the share grows per directive', async () => {
+    const h = harness({ burstGuard: { maxShareGrowthRatio: 0.2 } });
+    const handle = await warmedUp(h);
+    assert.equal(h.limiter.snapshot().buckets[0]!.guardCapacity, 125);
+    for (let round = 0; round < 2; round++) {
+      for (let i = 0; i < 1_000; i++) handle.allow();
+      h.clock.advance(1_000);
+      await h.flush();
+    }
+    // Round 1 sizes from min(100, 1000) = 125 (under the cap); round 2 would jump to 1,250.
+    assert.equal(h.limiter.snapshot().buckets[0]!.guardCapacity, 150);
+  });
+
   it('reports guard drops as offered but not admitted', async () => {
     const h = harness({ burstGuard: { slackRatio: 0, burstWindowMs: 500 } });
     const handle = await warmedUp(h);
