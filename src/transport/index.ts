@@ -1,0 +1,14 @@
+// The control transport: the seam every tier talks through, its in-memory implementation (tests,
+// the fleet simulator) and gRPC over HTTP/2 (real processes).
+export type { ControlClient, ControlServer, ReportContext, ReportHandler } from './control-transport.js';
+export type { GrpcClientTlsOptions, GrpcControlClientOptions } from './grpc-control-client.js';
+export { createGrpcControlClient } from './grpc-control-client.js';
+export type {
+  GrpcControlServer,
+  GrpcControlServerOptions,
+  GrpcServerTlsOptions,
+} from './grpc-control-server.js';
+export { startGrpcControlServer } from './grpc-control-server.js';
+export { DEFAULT_MAX_MESSAGE_BYTES, REPORT_METHOD_PATH } from './grpc-control-service.js';
+export type { InMemoryNetworkOptions, LinkOptions } from './in-memory-network.js';
+export { InMemoryNetwork } from './in-memory-network.js';
