@@ -29,6 +29,8 @@ export interface RedisCluster {
   nodes: RedisClusterNode[];
   /** `[{ host, port }]` for `new Cluster(startupNodes)`. */
   startupNodes: { host: string; port: number }[];
+  /** SIGKILL one node (a primary without replicas: its slots become unreachable). */
+  killNode(port: number): Promise<void>;
   /** SIGKILL every node and remove the temp dir. Safe to call twice. */
   stop(): Promise<void>;
 }
@@ -51,6 +53,8 @@ export interface StartRedisClusterOptions {
   masters?: number;
   /** How long to wait for `cluster_state:ok` on every node. */
   readyTimeoutMs?: number;
+  /** More redis-server arguments for every node, e.g. `['--cluster-require-full-coverage', 'no']`. */
+  extraArgs?: string[];
 }
 
 export async function startRedisCluster(options: StartRedisClusterOptions = {}): Promise<RedisCluster> {
@@ -79,6 +83,7 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
         '2000',
         '--cluster-port',
         String(busPort),
+        ...(options.extraArgs ?? []),
       ]);
       nodes.push({ host: '127.0.0.1', port, busPort, process: child });
     }
@@ -102,6 +107,11 @@ export async function startRedisCluster(options: StartRedisClusterOptions = {}):
   return {
     nodes,
     startupNodes: nodes.map(({ host, port }) => ({ host, port })),
+    killNode: async (port) => {
+      const node = nodes.find((n) => n.port === port);
+      if (!node) throw new Error(`no cluster node on port ${port}`);
+      await killNode(node.process);
+    },
     stop,
   };
 }

@@ -113,7 +113,8 @@ test('Redis limiters on a real 3-node Redis Cluster', { timeout: 120_000 }, asyn
     client?.disconnect();
     await redisCluster?.stop();
   });
-  redisCluster = await startRedisCluster();
+  // Survivors keep serving their own slots while a primary is down (see the last subtest).
+  redisCluster = await startRedisCluster({ extraArgs: ['--cluster-require-full-coverage', 'no'] });
   // The fail-fast options of docs/redis-operations.md; enableOfflineQueue: false means commands
   // are refused until the client is ready, hence the wait.
   client = new Cluster(redisCluster.startupNodes, {
@@ -129,6 +130,7 @@ test('Redis limiters on a real 3-node Redis Cluster', { timeout: 120_000 }, asyn
   client.on('error', () => {});
   if (client.status !== 'ready') await once(client, 'ready');
   const cluster = client;
+  const clusterNodes = redisCluster.nodes;
   const redis = ioredisAdapter(cluster);
   const anyNode = cluster.nodes('master')[0]!;
 
@@ -243,6 +245,75 @@ test('Redis limiters on a real 3-node Redis Cluster', { timeout: 120_000 }, asyn
         assert.equal(reloads, 3, `${kinds[i]!.name}: ${reloads} reloads`);
         assertNoFaults(limiter, kinds[i]!.name);
       });
+    },
+  );
+
+  // Last: it kills a node.
+  await t.test(
+    'one primary killed: its buckets answer by policy within the timeout, the rest keep counting',
+    async () => {
+      const timeoutMs = 100;
+      const limiter = createRedisFixedWindow({
+        redis,
+        prefix: 'down',
+        limit: 1000,
+        windowMs: DAY_MS,
+        timeoutMs,
+      });
+      const keys = Array.from({ length: 60 }, (_, i) => `down-${i}`);
+      // CLUSTER SLOTS: [[first, last, [host, port, id], ...replicas], ...]
+      const ranges = await anyNode.cluster('SLOTS');
+      const victimPort = clusterNodes.map((n) => n.port).find((port) => port !== anyNode.options.port)!;
+      const onVictim = new Set<string>();
+      for (const key of keys) {
+        const slot = await keySlot(anyNode, `{${key}}`);
+        const owner = ranges.find(([first, last]) => slot >= first && slot <= last)!;
+        if (owner[2]?.[1] === victimPort) onVictim.add(key);
+      }
+      assert.ok(onVictim.size > 0 && onVictim.size < keys.length, 'keys on the victim and on the survivors');
+      for (const key of keys) assertCounted(await limiter.limit(key), key);
+
+      await redisCluster!.killNode(victimPort);
+      const killedAtMs = performance.now();
+      let rounds = 0;
+      let worstMs = 0;
+      // Past cluster-node-timeout (2 s), when the survivors mark the victim as failed.
+      while (performance.now() - killedAtMs < 2_500) {
+        rounds++;
+        await Promise.all(
+          keys.map(async (key) => {
+            const startMs = performance.now();
+            let timerFiredMs = Number.NaN;
+            const sentinel = setTimeout(() => {
+              timerFiredMs = performance.now();
+            }, timeoutMs);
+            const decision = await limiter.limit(key);
+            const elapsedMs = performance.now() - startMs;
+            clearTimeout(sentinel);
+            const timerLateMs = Number.isNaN(timerFiredMs)
+              ? 0
+              : Math.max(0, timerFiredMs - startMs - timeoutMs);
+            worstMs = Math.max(worstMs, elapsedMs);
+            // The limiter's timer cannot beat a plain timer armed at the same moment: its lateness is
+            // the machine's, not the limiter's.
+            assert.ok(elapsedMs <= timeoutMs + 250 + timerLateMs, `${key}: ${elapsedMs.toFixed(1)} ms`);
+            if (onVictim.has(key)) {
+              assert.equal(decision.reason, 'fail-open', key);
+              assert.equal(decision.allowed, true);
+            } else {
+              assertCounted(decision, `${key} (survivor) round ${rounds}`);
+              assert.equal(decision.allowed, true);
+              assert.equal(decision.remaining, 1000 - 1 - rounds, `${key}: every call counted once`);
+            }
+          }),
+        );
+      }
+      const { calls, failOpen, timeouts, errors } = limiter.stats;
+      assert.equal(calls, keys.length * (rounds + 1));
+      assert.equal(failOpen, onVictim.size * rounds);
+      t.diagnostic(
+        `primary killed: ${onVictim.size}/${keys.length} buckets on it answered fail-open over ${rounds} rounds (${timeouts} timeouts, ${errors} errors), worst call ${worstMs.toFixed(1)} ms; the other ${keys.length - onVictim.size} kept counting`,
+      );
     },
   );
 });
