@@ -15,6 +15,7 @@ import type { RatioPolicySpec } from '../src/config/limits-config.js';
 import { createAggregator } from '../src/control/aggregator.js';
 import { createController } from '../src/control/controller.js';
 import { createRatioPolicy, DEFAULT_RATIO_POLICY } from '../src/control/ratio-policy.js';
+import { decodeReportRequest, encodeReportResponse } from '../src/control/report-codec.js';
 import { ManualClock, systemScheduler } from '../src/core/clock.js';
 import {
   DirectiveSchema,
@@ -133,7 +134,22 @@ async function aggregatorIngestion() {
       if (response instanceof Promise) throw new Error('aggregator answers synchronously');
       toBinary(ReportResponseSchema, response);
     },
+    fastDecode: (i: number) => {
+      const request = decodeReportRequest(binaries[i % HOSTS]!);
+      request.sequence = ++sequence;
+      aggregator.handleReport(request, { peer: 'bench' });
+    },
+    fastWire: (i: number) => {
+      const request = decodeReportRequest(binaries[i % HOSTS]!);
+      request.sequence = ++sequence;
+      const response = aggregator.handleReport(request, { peer: 'bench' });
+      if (response instanceof Promise) throw new Error('aggregator answers synchronously');
+      encodeReportResponse(response);
+    },
   };
+  /** The reflective codec paths are slow; fewer reports keep the run short. */
+  const reportsFor = (name: string) =>
+    name === 'decode' || name === 'wire' ? Math.ceil(REPORTS / 4) : REPORTS;
   const results: Record<string, { perSec: number[]; perCpuSec: number[] }> = {};
   for (const [name, fn] of Object.entries(modes)) {
     for (let i = 0; i < 5_000; i++) fn(i); // warmup
@@ -143,11 +159,12 @@ async function aggregatorIngestion() {
       gc!();
       const cpuStart = process.cpuUsage();
       const start = process.hrtime.bigint();
-      for (let i = 0; i < REPORTS; i++) fn(i);
+      const count = reportsFor(name);
+      for (let i = 0; i < count; i++) fn(i);
       const seconds = Number(process.hrtime.bigint() - start) / 1e9;
       const cpu = process.cpuUsage(cpuStart);
-      perSec.push(REPORTS / seconds);
-      perCpuSec.push(REPORTS / ((cpu.user + cpu.system) / 1e6));
+      perSec.push(count / seconds);
+      perCpuSec.push(count / ((cpu.user + cpu.system) / 1e6));
     }
     results[name] = { perSec, perCpuSec };
   }
@@ -308,10 +325,11 @@ const tickRows = ticks.map((t) => ({
 }));
 const decodedRate = ingestionRows.find((r) => r.mode === 'decoded')!.medianPerSec;
 const decodeRate = ingestionRows.find((r) => r.mode === 'decode')!.medianPerSec;
+const fastDecodeRate = ingestionRows.find((r) => r.mode === 'fastDecode')!.medianPerSec;
 const defaultTick = tickRows[0]!;
 const targets = {
   ingestionDecoded: decodedRate >= TARGET_REPORTS_PER_SEC,
-  ingestionWithDecode: decodeRate >= TARGET_REPORTS_PER_SEC,
+  ingestionWithDecode: Math.max(decodeRate, fastDecodeRate) >= TARGET_REPORTS_PER_SEC,
   tick100k: defaultTick.p99Ms <= TARGET_TICK_MS,
 };
 const pass = (ok: boolean) => (ok ? 'pass' : '**FAIL**');
@@ -320,6 +338,8 @@ const modeLabel: Record<string, string> = {
   decoded: '`handleReport` on pre-built decoded requests',
   decode: '`fromBinary` + `handleReport`',
   wire: '`fromBinary` + `handleReport` + `toBinary(reply)`',
+  fastDecode: '`decodeReportRequest` + `handleReport`',
+  fastWire: '`decodeReportRequest` + `handleReport` + `encodeReportResponse(reply)`',
 };
 
 const markdown = `# Control plane: aggregator ingestion, controller tick, ratio policies
@@ -327,7 +347,7 @@ const markdown = `# Control plane: aggregator ingestion, controller tick, ratio 
 ${machine.date} · Node ${machine.node} (V8 ${machine.v8}) · ${machine.os} · ${machine.cpu} · load average ${fmt(loadBefore[0]!, 2)} → ${fmt(loadAfter[0]!, 2)}
 
 Reproduce: \`node --import tsx --expose-gc bench/control.bench.ts\`
-(${ROUNDS} rounds of ${REPORTS.toLocaleString('en-US')} reports after warmup; ${TICKS} ticks after 3 warmup ticks;
+(${ROUNDS} rounds of ${REPORTS.toLocaleString('en-US')} reports after warmup, a quarter of that on the protobuf-es codec paths; ${TICKS} ticks after 3 warmup ticks;
 closed loop: ${SEEDS} seeds per scenario and policy).
 
 ## 1. Aggregator ingestion (one core)
@@ -343,7 +363,7 @@ included) is the figure to trust when the machine is shared.
 ${ingestionRows
   .map(
     (r) =>
-      `| ${modeLabel[r.mode]} | ${fmt(r.medianPerSec, 0)} | ${fmt(r.minPerSec, 0)}–${fmt(r.maxPerSec, 0)} | ${fmt(r.medianPerCpuSec, 0)} | ${r.mode === 'wire' ? '—' : pass(r.medianPerSec >= TARGET_REPORTS_PER_SEC)} |`,
+      `| ${modeLabel[r.mode]} | ${fmt(r.medianPerSec, 0)} | ${fmt(r.minPerSec, 0)}–${fmt(r.maxPerSec, 0)} | ${fmt(r.medianPerCpuSec, 0)} | ${r.mode === 'wire' || r.mode === 'fastWire' ? '—' : pass(r.medianPerSec >= TARGET_REPORTS_PER_SEC)} |`,
   )
   .join('\n')}
 
@@ -377,7 +397,7 @@ ${policies.map((r) => `| ${r.scenario} | ${r.policy} | ${pct(r.meanError)} | ${f
 | target | result |
 |---|---|
 | aggregator ingestion, decoded, ≥ ${TARGET_REPORTS_PER_SEC.toLocaleString('en-US')} reports/s | ${pass(targets.ingestionDecoded)} (${fmt(decodedRate, 0)}/s) |
-| aggregator ingestion with decode, ≥ ${TARGET_REPORTS_PER_SEC.toLocaleString('en-US')} reports/s | ${pass(targets.ingestionWithDecode)} (${fmt(decodeRate, 0)}/s) |
+| aggregator ingestion with decode, ≥ ${TARGET_REPORTS_PER_SEC.toLocaleString('en-US')} reports/s | ${pass(targets.ingestionWithDecode)} (${fmt(fastDecodeRate, 0)}/s with \`decodeReportRequest\`, ${fmt(decodeRate, 0)}/s with protobuf-es \`fromBinary\`) |
 | controller tick, 100,000 buckets, p99 ≤ ${TARGET_TICK_MS} ms | ${pass(targets.tick100k)} (${fmt(defaultTick.p99Ms, 2)} ms) |
 `;
 

@@ -34,6 +34,7 @@ export {
   ewmaRatioPolicy,
   plainRatioPolicy,
 } from './ratio-policy.js';
+export { decodeReportRequest, encodeReportResponse } from './report-codec.js';
 export type { ReportLimits } from './validate-report.js';
 export {
   DEFAULT_MAX_BUCKETS_PER_REPORT,
