@@ -36,7 +36,6 @@ const SKIP_POLICIES = process.env.BENCH_SKIP_POLICIES === '1';
 const HOSTS = 2_000;
 const BUCKETS_PER_REPORT = 50;
 const BUCKET_POOL = 500;
-const TICK_BUCKETS = 100_000;
 const TARGET_REPORTS_PER_SEC = 10_000;
 const TARGET_TICK_MS = 50;
 
