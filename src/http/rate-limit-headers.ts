@@ -1,0 +1,124 @@
+import type { Decision } from '../core/decision.js';
+
+/**
+ * The rate limit header fields of draft-ietf-httpapi-ratelimit-headers (the structured-field
+ * syntax of drafts 08+):
+ *
+ * ```
+ * RateLimit-Policy: "payments";q=100;w=60, "burst";q=10;w=1
+ * RateLimit: "payments";r=23;t=5
+ * ```
+ *
+ * Both are Structured Field Lists (RFC 9651) of Strings with integer parameters: `q` quota,
+ * `w` window seconds, `r` remaining quota units, `t` seconds until the quota resets. Every number is
+ * a non-negative integer on the wire: quota and remaining round down (a client is never told it
+ * has more than it has), window and reset round up (never told it may retry sooner than it may).
+ */
+export interface RateLimitPolicy {
+  /** The policy's name as clients see it, e.g. `payments`. Printable ASCII; other characters are dropped. */
+  name: string;
+  /** Quota units per window (requests, or cost units). */
+  limit: number;
+  /** The window the quota applies to, in seconds. */
+  windowSec: number;
+}
+
+export interface RateLimitEntry {
+  name: string;
+  remaining: number;
+  resetSec: number;
+}
+
+/** The largest integer a structured field may carry (RFC 9651 §3.3.1: 15 digits). */
+const MAX_SF_INTEGER = 999_999_999_999_999;
+
+/** `RateLimit-Policy: "payments";q=100;w=60` — one list member per policy, in the order given. */
+export function formatRateLimitPolicy(policies: readonly RateLimitPolicy[]): string {
+  return policies
+    .map(
+      (policy) =>
+        `${sfString(policy.name)};q=${sfInteger(policy.limit, 'floor')};w=${sfInteger(policy.windowSec, 'ceil')}`,
+    )
+    .join(', ');
+}
+
+/** `RateLimit: "payments";r=23;t=5` — one list member per entry, in the order given. */
+export function formatRateLimit(entries: readonly RateLimitEntry[]): string {
+  return entries
+    .map(
+      (entry) =>
+        `${sfString(entry.name)};r=${sfInteger(entry.remaining, 'floor')};t=${sfInteger(entry.resetSec, 'ceil')}`,
+    )
+    .join(', ');
+}
+
+/**
+ * `Retry-After` in whole seconds (RFC 9110 delay-seconds): rounded up, and at least 1, because
+ * this is only sent with a rejection and `Retry-After: 0` invites an immediate retry storm.
+ * A non-finite or negative input gives 1.
+ */
+export function retryAfterSeconds(retryAfterMs: number): number {
+  if (!(retryAfterMs > 0) || !Number.isFinite(retryAfterMs)) return 1;
+  return Math.min(MAX_SF_INTEGER, Math.max(1, Math.ceil(retryAfterMs / 1000)));
+}
+
+/**
+ * The header fields for one request decided against one or more policies.
+ *
+ * - `RateLimit-Policy` lists every policy given.
+ * - `RateLimit` lists each policy's remaining quota and reset: `r` is the decision's `remaining`
+ *   capped at the policy's quota; `t` is the time until `resetAtMs` (measured against `nowMs`, the
+ *   same epoch clock as the limiters) and, for a rejected decision, at least its Retry-After.
+ *   A decision with `limit: 0` carries no count (the global limiter before its first directive):
+ *   its policy stays in `RateLimit-Policy` but it is left out of `RateLimit` rather than claim
+ *   `r=0` while admitting.
+ * - `Retry-After` only when some decision is rejected: the largest wait among the rejected ones,
+ *   since every policy must allow before the request does.
+ *
+ * Pass only the decisions a client should see: shadow-mode buckets are left out by the caller.
+ * Header names are in canonical case; Node's `setHeader` treats them case-insensitively.
+ */
+export function rateLimitHeaders(
+  decisions: readonly { policy: RateLimitPolicy; decision: Decision }[],
+  nowMs: number = Date.now(),
+): Record<string, string> {
+  const headers: Record<string, string> = {};
+  if (decisions.length === 0) return headers;
+  const entries: RateLimitEntry[] = [];
+  let retryAfterMs = -1;
+  for (const { policy, decision } of decisions) {
+    let resetMs = Math.max(0, decision.resetAtMs - nowMs);
+    if (!decision.allowed) {
+      const waitMs = Math.max(0, decision.retryAfterMs);
+      retryAfterMs = Math.max(retryAfterMs, waitMs);
+      resetMs = Math.max(resetMs, retryAfterSeconds(waitMs) * 1000);
+    } else if (decision.limit === 0) {
+      continue;
+    }
+    const remaining = decision.allowed ? Math.min(Math.max(0, decision.remaining), policy.limit) : 0;
+    entries.push({ name: policy.name, remaining, resetSec: resetMs / 1000 });
+  }
+  headers['RateLimit-Policy'] = formatRateLimitPolicy(decisions.map((d) => d.policy));
+  if (entries.length > 0) headers.RateLimit = formatRateLimit(entries);
+  if (retryAfterMs >= 0) headers['Retry-After'] = String(retryAfterSeconds(retryAfterMs));
+  return headers;
+}
+
+/** An sf-string: printable ASCII only, with `"` and `\` escaped; anything else is dropped. */
+function sfString(value: string): string {
+  let out = '"';
+  for (let i = 0; i < value.length; i++) {
+    const code = value.charCodeAt(i);
+    if (code < 0x20 || code > 0x7e) continue;
+    if (code === 0x22 || code === 0x5c) out += '\\';
+    out += value[i];
+  }
+  return `${out}"`;
+}
+
+function sfInteger(value: number, rounding: 'floor' | 'ceil'): number {
+  if (!Number.isFinite(value)) return value > 0 ? MAX_SF_INTEGER : 0;
+  // Subtracting a tiny epsilon before ceil keeps 5.0000000001 s (float noise from ms arithmetic) at 5.
+  const rounded = rounding === 'floor' ? Math.floor(value) : Math.ceil(value - 1e-9);
+  return Math.min(MAX_SF_INTEGER, Math.max(0, rounded));
+}

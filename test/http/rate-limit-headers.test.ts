@@ -1,0 +1,112 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import type { Decision } from '../../src/core/decision.js';
+import {
+  formatRateLimit,
+  formatRateLimitPolicy,
+  rateLimitHeaders,
+  retryAfterSeconds,
+} from '../../src/http/rate-limit-headers.js';
+
+const NOW = 1_700_000_000_000;
+const payments = { name: 'payments', limit: 100, windowSec: 60 };
+const burst = { name: 'burst', limit: 10, windowSec: 1 };
+
+function decision(fields: Partial<Decision>): Decision {
+  return { allowed: true, limit: 100, remaining: 99, resetAtMs: NOW, retryAfterMs: 0, ...fields };
+}
+
+describe('rate limit header formatting', () => {
+  it('formats RateLimit-Policy as a structured list of strings with q and w', () => {
+    assert.equal(formatRateLimitPolicy([payments]), '"payments";q=100;w=60');
+    assert.equal(formatRateLimitPolicy([payments, burst]), '"payments";q=100;w=60, "burst";q=10;w=1');
+    assert.equal(formatRateLimitPolicy([]), '');
+  });
+
+  it('formats RateLimit with r and t', () => {
+    assert.equal(formatRateLimit([{ name: 'payments', remaining: 23, resetSec: 5 }]), '"payments";r=23;t=5');
+  });
+
+  it('rounds remaining and quota down, window and reset up, and never goes negative', () => {
+    assert.equal(formatRateLimit([{ name: 'a', remaining: 22.9, resetSec: 4.01 }]), '"a";r=22;t=5');
+    assert.equal(formatRateLimit([{ name: 'a', remaining: -3, resetSec: -1 }]), '"a";r=0;t=0');
+    assert.equal(formatRateLimitPolicy([{ name: 'a', limit: 10.7, windowSec: 0.5 }]), '"a";q=10;w=1');
+    assert.equal(
+      formatRateLimit([{ name: 'a', remaining: Number.NaN, resetSec: Number.POSITIVE_INFINITY }]),
+      '"a";r=0;t=999999999999999',
+    );
+  });
+
+  it('escapes quotes and backslashes and drops non-printable characters in names', () => {
+    assert.equal(
+      formatRateLimitPolicy([{ name: 'a"b\\c\r\nd\u00e9', limit: 1, windowSec: 1 }]),
+      '"a\\"b\\\\cd";q=1;w=1',
+    );
+  });
+
+  it('Retry-After is whole seconds rounded up, at least 1', () => {
+    assert.equal(retryAfterSeconds(1), 1);
+    assert.equal(retryAfterSeconds(1000), 1);
+    assert.equal(retryAfterSeconds(1001), 2);
+    assert.equal(retryAfterSeconds(0), 1);
+    assert.equal(retryAfterSeconds(-5), 1);
+    assert.equal(retryAfterSeconds(Number.NaN), 1);
+    assert.equal(retryAfterSeconds(59_500), 60);
+  });
+});
+
+describe('rateLimitHeaders', () => {
+  it('returns no fields for no decisions', () => {
+    assert.deepEqual(rateLimitHeaders([], NOW), {});
+  });
+
+  it('an allowed decision carries policy and remaining, no Retry-After', () => {
+    const headers = rateLimitHeaders(
+      [{ policy: payments, decision: decision({ remaining: 23, resetAtMs: NOW + 4_200 }) }],
+      NOW,
+    );
+    assert.deepEqual(headers, {
+      'RateLimit-Policy': '"payments";q=100;w=60',
+      RateLimit: '"payments";r=23;t=5',
+    });
+  });
+
+  it('a rejection adds Retry-After (the longest wait of the rejected) and reports r=0', () => {
+    const headers = rateLimitHeaders(
+      [
+        { policy: payments, decision: decision({ remaining: 40, resetAtMs: NOW + 30_000 }) },
+        {
+          policy: burst,
+          decision: decision({ allowed: false, remaining: 0.4, resetAtMs: NOW + 900, retryAfterMs: 2_100 }),
+        },
+      ],
+      NOW,
+    );
+    assert.deepEqual(headers, {
+      'RateLimit-Policy': '"payments";q=100;w=60, "burst";q=10;w=1',
+      RateLimit: '"payments";r=40;t=30, "burst";r=0;t=3',
+      'Retry-After': '3',
+    });
+  });
+
+  it('caps remaining at the quota and leaves out decisions with no known limit', () => {
+    const headers = rateLimitHeaders(
+      [
+        { policy: burst, decision: decision({ remaining: 50, limit: 50 }) },
+        { policy: payments, decision: decision({ remaining: 0, limit: 0 }) },
+      ],
+      NOW,
+    );
+    assert.equal(headers.RateLimit, '"burst";r=10;t=0');
+    assert.equal(headers['RateLimit-Policy'], '"burst";q=10;w=1, "payments";q=100;w=60');
+  });
+
+  it('a rejection with retryAfterMs 0 still says Retry-After: 1', () => {
+    const headers = rateLimitHeaders(
+      [{ policy: burst, decision: decision({ allowed: false, remaining: 0, retryAfterMs: 0 }) }],
+      NOW,
+    );
+    assert.equal(headers['Retry-After'], '1');
+    assert.equal(headers.RateLimit, '"burst";r=0;t=1');
+  });
+});
