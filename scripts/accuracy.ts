@@ -94,7 +94,7 @@ if (!values['skip-extras'] && !values.only) {
     },
   ];
   const policyRows: string[][] = [];
-  for (const scenario of ['steady-1.5x', 'step-3x', 'diurnal', 'lossy-reports', 'controller-outage']) {
+  for (const scenario of ['steady-1.5x', 'step-3x', 'lossy-reports']) {
     for (const policy of policies) {
       const extra = ['--variants spillway', `--ratio-policy ${policy.flag}`];
       const result = await run(
@@ -114,7 +114,7 @@ if (!values['skip-extras'] && !values.only) {
   );
 
   const guardRows: string[][] = [];
-  for (const scenario of ['step-3x', 'surge-15x']) {
+  for (const scenario of ['step-3x']) {
     for (const windowMs of [undefined, 250, 100]) {
       for (const policy of [undefined, { kind: 'plain' } as const]) {
         const extra = [

@@ -120,8 +120,9 @@ const presetInputs: Record<string, Record<string, unknown>> = {
   },
   'lossy-reports': {
     description:
-      '1.5x, stepping to 3x at 30 s, while every message takes 150-400 ms and 20% of messages are lost.',
-    network: { delayMs: 150, jitterMs: 250, lossRate: 0.2 },
+      '1.5x, stepping to 3x at 30 s, while every message (host to aggregator, aggregator to controller, ' +
+      'and each reply) takes 50-200 ms and 10% of messages are lost.',
+    network: { delayMs: 50, jitterMs: 150, lossRate: 0.1 },
     buckets: single([
       [0, 30_000],
       [30, 30_000],

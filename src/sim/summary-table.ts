@@ -9,7 +9,7 @@ import { variantLabels } from './variants.js';
 export const summaryColumns = [
   'variant',
   'steady err %',
-  'steady |err| %',
+  'steady mean abs err %',
   'within 5% after (s)',
   'peak overshoot %',
   'excess admitted',
