@@ -18,6 +18,10 @@ export const subcommands: Record<string, Subcommand> = {
     summary: 'run the global rate limiter controller (limits file, drop ratios, directives)',
     load: () => import('./controller.js'),
   },
+  sim: {
+    summary: "simulate a fleet in virtual time and measure the global limiter's accuracy",
+    load: () => import('./sim.js'),
+  },
   host: {
     summary: 'run a data-plane host offering synthetic load to the global limiter (tests, demos)',
     load: () => import('./host.js'),
