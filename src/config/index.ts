@@ -1,6 +1,12 @@
 export type { CompiledLimits, ResolvedBucket } from './compile-limits.js';
 export { compileLimits, matchBucket } from './compile-limits.js';
-export type { BucketRule, ConfigIssue, LimitsConfig, RatioPolicySpec } from './limits-config.js';
+export type {
+  BucketRule,
+  BucketTuning,
+  ConfigIssue,
+  LimitsConfig,
+  RatioPolicySpec,
+} from './limits-config.js';
 export {
   checkLimitsConfig,
   DEFAULT_INTERVAL_MS,

@@ -25,6 +25,25 @@ export interface BucketRule {
   overrides?: Record<string, number>;
   /** Templates only: most instances tracked at once (bounds memory under many distinct callers). */
   maxInstances?: number;
+  /** Exact keys only: how `spillway tune` proposes this bucket's limit (docs/tuning.md). */
+  tuning?: BucketTuning;
+}
+
+/**
+ * Per-bucket tuning settings. Absent fields take the tuner's defaults (src/control/tuning/), so the
+ * file keeps only what an operator chose.
+ */
+export interface BucketTuning {
+  /** Apply proposals without review (the controller with --auto-tune, or `spillway tune --apply`). Default false. */
+  auto?: boolean;
+  /** Proposed limit = quantile of daily peaks x (1 + headroom). */
+  headroom?: number;
+  /** Which daily peak to size from: 0.95 takes the peak exceeded on at most 5% of days. */
+  quantile?: number;
+  floorRps?: number;
+  ceilingRps?: number;
+  /** Largest change per application, as a fraction of the current limit (0.2 = +-20%). */
+  maxChangePerDay?: number;
 }
 
 /**
@@ -66,6 +85,16 @@ const bucketRuleSchema = z.strictObject({
   scope: z.enum(['global', 'zone']).default('global'),
   overrides: z.record(z.string().min(1), finiteNumber.pipe(z.number().min(0))).optional(),
   maxInstances: z.number().int().min(1).max(1_000_000).optional(),
+  tuning: z
+    .strictObject({
+      auto: z.boolean().default(false),
+      headroom: finiteNumber.pipe(z.number().min(0).max(10)).optional(),
+      quantile: finiteNumber.pipe(z.number().gt(0).max(1)).optional(),
+      floorRps: finiteNumber.pipe(z.number().min(0)).optional(),
+      ceilingRps: finiteNumber.pipe(z.number().gt(0)).optional(),
+      maxChangePerDay: finiteNumber.pipe(z.number().gt(0).max(10)).optional(),
+    })
+    .optional(),
 });
 
 const ratioPolicySchema = z.discriminatedUnion('kind', [
@@ -127,6 +156,7 @@ export function checkLimitsConfig(input: unknown): { config: LimitsConfig } | { 
       out.overrides = { ...(rule.overrides ?? {}) };
       out.maxInstances = rule.maxInstances ?? DEFAULT_MAX_INSTANCES;
     }
+    if (rule.tuning !== undefined) out.tuning = { ...rule.tuning };
     buckets.push(out);
   }
   const config: LimitsConfig = { version: 1, intervalMs, ttlMs, buckets };
@@ -153,6 +183,20 @@ function checkRule(
     }
     if (rule.overrides !== undefined) return at('overrides', 'is only allowed on a template rule');
     if (rule.maxInstances !== undefined) return at('maxInstances', 'is only allowed on a template rule');
+  }
+  const tuning = rule.tuning;
+  if (tuning !== undefined) {
+    if (rule.template !== undefined) return at('tuning', 'is only allowed on a key rule');
+    if (
+      tuning.floorRps !== undefined &&
+      tuning.ceilingRps !== undefined &&
+      tuning.floorRps > tuning.ceilingRps
+    ) {
+      return {
+        path: ['buckets', index, 'tuning', 'floorRps'],
+        message: `must be at most ceilingRps (${tuning.ceilingRps}), got ${tuning.floorRps}`,
+      };
+    }
   }
   if (rule.template !== undefined) {
     const stars = rule.template.split('*').length - 1;
@@ -236,6 +280,8 @@ function expectedName(expected: string): string {
 function allowedFields(path: (string | number)[]): string[] | undefined {
   if (path.length === 0) return Object.keys(limitsSchema.shape);
   if (path[0] === 'buckets' && path.length === 2) return Object.keys(bucketRuleSchema.shape);
+  if (path[0] === 'buckets' && path.length === 3 && path[2] === 'tuning')
+    return Object.keys(bucketRuleSchema.shape.tuning.unwrap().shape);
   return undefined;
 }
 

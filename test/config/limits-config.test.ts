@@ -46,7 +46,7 @@ const failures: [file: string, message: string][] = [
   ],
   [
     'unknown-field.yaml',
-    'unknown-field.yaml:4:5: buckets[0]: unknown field "limit" (allowed: key, template, limitRps, mode, scope, overrides, maxInstances)',
+    'unknown-field.yaml:4:5: buckets[0]: unknown field "limit" (allowed: key, template, limitRps, mode, scope, overrides, maxInstances, tuning)',
   ],
   [
     'unknown-mode.yaml',
@@ -59,6 +59,30 @@ const failures: [file: string, message: string][] = [
   [
     'unknown-top-field.yaml',
     'unknown-top-field.yaml:2:1: top level: unknown field "interval" (allowed: version, intervalMs, ttlMs, buckets, ratioPolicy)',
+  ],
+  [
+    'tuning-auto-not-boolean.yaml',
+    'tuning-auto-not-boolean.yaml:6:13: buckets[0].tuning.auto: expected boolean, got "yes-please"',
+  ],
+  [
+    'tuning-floor-above-ceiling.yaml',
+    'tuning-floor-above-ceiling.yaml:6:17: buckets[0].tuning.floorRps: must be at most ceilingRps (800), got 900',
+  ],
+  [
+    'tuning-negative-headroom.yaml',
+    'tuning-negative-headroom.yaml:7:17: buckets[0].tuning.headroom: must be >= 0, got -0.1',
+  ],
+  [
+    'tuning-on-template.yaml',
+    'tuning-on-template.yaml:6:7: buckets[0].tuning: is only allowed on a key rule',
+  ],
+  [
+    'tuning-quantile-above-one.yaml',
+    'tuning-quantile-above-one.yaml:6:17: buckets[0].tuning.quantile: must be <= 1, got 95',
+  ],
+  [
+    'tuning-unknown-field.yaml',
+    'tuning-unknown-field.yaml:7:7: buckets[0].tuning: unknown field "headrom" (allowed: auto, headroom, quantile, floorRps, ceilingRps, maxChangePerDay)',
   ],
   ['wrong-version.yaml', 'wrong-version.yaml:1:10: version: must be 1, got 2'],
   // `.txt`: biome parses every .yaml file in the tree and would refuse this deliberately broken one.
@@ -122,6 +146,13 @@ describe('limits config', () => {
         },
       ],
     });
+  });
+
+  it("keeps a key rule's tuning settings, auto defaulting to false", () => {
+    const config = parseLimitsConfig(
+      'version: 1\nbuckets:\n  - key: a\n    limitRps: 10\n    tuning:\n      headroom: 0.5\n      ceilingRps: 90\n',
+    );
+    assert.deepEqual(config.buckets[0]?.tuning, { auto: false, headroom: 0.5, ceilingRps: 90 });
   });
 
   it('parses examples/limits.yaml (the documented example stays valid)', async () => {
