@@ -1,0 +1,572 @@
+// One suite, run against every framework binding of the rate limit middleware
+// (test/http/express/rate-limit.test.ts, test/http/fastify/rate-limit.test.ts): real servers on
+// port 0, real sockets, each limiter kind (local keyed token bucket, Redis on a private
+// redis-server, the global limiter with a fake directive and with the real controller).
+import assert from 'node:assert/strict';
+import { type IncomingHttpHeaders, request } from 'node:http';
+import { after, before, describe, it } from 'node:test';
+import { Redis } from 'ioredis';
+import { createController } from '../../src/control/controller.js';
+import { ManualClock, seededRandom } from '../../src/core/clock.js';
+import type { Decision, SyncLimiter } from '../../src/core/decision.js';
+import { createGlobalLimiter } from '../../src/global/index.js';
+import type { RateLimitMiddlewareOptions, RateLimitStats } from '../../src/http/rate-limit-middleware.js';
+import { createKeyedTokenBucket } from '../../src/local/index.js';
+import { createRedisTokenBucket, ioredisAdapter, type RedisLimiter } from '../../src/redis/index.js';
+import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
+import { drive, harness } from '../global/fixtures.js';
+import { type RedisServer, redisServerAvailable, startRedis } from '../helpers/redis-server.js';
+
+/** What the suite needs of a request: both Express's and Fastify's have Node's headers. */
+export interface SuiteRequest {
+  headers: IncomingHttpHeaders;
+}
+
+export type SuiteOptions<Res> = RateLimitMiddlewareOptions<SuiteRequest, Res>;
+
+export interface RunningServer {
+  /** `http://127.0.0.1:<port>` */
+  url: string;
+  stats: RateLimitStats;
+  close(): Promise<void>;
+}
+
+/**
+ * A framework binding under test. `start` serves, behind the middleware built from `options`:
+ * `GET /` answering `{"ok":true,"sync":<bool>}`, where `sync` tells whether the middleware's
+ * continuation ran before the middleware call returned; and `GET /healthz` answering `ok`.
+ */
+export interface FrameworkUnderTest<Res> {
+  name: string;
+  start(options: SuiteOptions<Res>): Promise<RunningServer>;
+  /** End `res` with status 418 and `body` (a custom onLimited response). */
+  endCustom(res: Res, body: string): void;
+}
+
+export interface Reply {
+  status: number;
+  headers: IncomingHttpHeaders;
+  body: string;
+}
+
+/** One request on a fresh connection (no pool: nothing outlives the test). */
+export function get(url: string, path = '/', headers: Record<string, string> = {}): Promise<Reply> {
+  return new Promise((resolve, reject) => {
+    const req = request(`${url}${path}`, { agent: false, headers }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+      res.on('error', reject);
+    });
+    req.on('error', reject);
+    req.end();
+  });
+}
+
+/** The rate limit fields of a reply, lower-case names, absent ones left out. */
+export function rateLimitFields(reply: Reply): Record<string, string> {
+  const fields: Record<string, string> = {};
+  for (const name of ['ratelimit-policy', 'ratelimit', 'retry-after']) {
+    const value = reply.headers[name];
+    if (typeof value === 'string') fields[name] = value;
+  }
+  return fields;
+}
+
+const policy = { name: 'api', limit: 3, windowSec: 3 };
+
+/** A keyed token bucket on a manual clock: 3 tokens, 1 per second, so headers are exact. */
+function localBucket() {
+  const clock = new ManualClock(1_000_000);
+  const limiter = createKeyedTokenBucket({ capacity: 3, refillPerSec: 1, clock });
+  return { clock, limiter };
+}
+
+/** Wraps a sync limiter and records every key it is asked about. */
+function recording(inner: SyncLimiter): { limiter: SyncLimiter; keys: string[] } {
+  const keys: string[] = [];
+  return {
+    keys,
+    limiter: {
+      limit(key, cost) {
+        keys.push(key);
+        return inner.limit(key, cost);
+      },
+    },
+  };
+}
+
+export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
+  const servers: RunningServer[] = [];
+  const serve = async (options: SuiteOptions<Res>): Promise<RunningServer> => {
+    const server = await framework.start(options);
+    servers.push(server);
+    return server;
+  };
+  after(async () => {
+    await Promise.all(servers.map((server) => server.close()));
+  });
+
+  describe(`${framework.name}: local keyed token bucket`, () => {
+    it('sends exact RateLimit-Policy and RateLimit fields, then 429 with Retry-After and the JSON body', async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serve({ limiter, policy, clock });
+      const replies: Reply[] = [];
+      for (let i = 0; i < 4; i++) replies.push(await get(server.url));
+      assert.deepEqual(
+        replies.map((reply) => reply.status),
+        [200, 200, 200, 429],
+      );
+      // 3 tokens refilling at 1/s: after n calls the bucket is full again in n seconds.
+      assert.deepEqual(rateLimitFields(replies[0]!), {
+        'ratelimit-policy': '"api";q=3;w=3',
+        ratelimit: '"api";r=2;t=1',
+      });
+      assert.deepEqual(rateLimitFields(replies[2]!), {
+        'ratelimit-policy': '"api";q=3;w=3',
+        ratelimit: '"api";r=0;t=3',
+      });
+      assert.deepEqual(rateLimitFields(replies[3]!), {
+        'ratelimit-policy': '"api";q=3;w=3',
+        ratelimit: '"api";r=0;t=3',
+        'retry-after': '1',
+      });
+      assert.match(String(replies[3]!.headers['content-type']), /^application\/json/);
+      assert.deepEqual(JSON.parse(replies[3]!.body), { error: 'rate_limited', retryAfterSec: 1 });
+      assert.deepEqual(JSON.parse(replies[0]!.body), { ok: true, sync: true });
+      assert.equal(server.stats.requests, 4);
+      assert.equal(server.stats.admitted, 3);
+      assert.equal(server.stats.limited, 1);
+
+      clock.advance(1000);
+      assert.equal((await get(server.url)).status, 200, 'a refilled token admits again');
+    });
+
+    it('cost: a cost function spends several units; an invalid cost falls back to 1 and is counted', async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        cost: (req) => {
+          const header = req.headers['x-cost'];
+          if (header === 'throw') throw new Error('boom');
+          return header === undefined ? 1 : Number(header);
+        },
+      });
+      assert.equal(rateLimitFields(await get(server.url, '/', { 'x-cost': '2' })).ratelimit, '"api";r=1;t=2');
+      assert.equal((await get(server.url, '/', { 'x-cost': 'NaN' })).status, 200);
+      assert.equal((await get(server.url, '/', { 'x-cost': 'throw' })).status, 429);
+      assert.equal(server.stats.costFallbacks, 2);
+    });
+
+    it('shadow mode admits everything, sends no rate limit field, and counts would-limit', async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serve({ limiter, policy, clock, mode: 'shadow' });
+      const replies: Reply[] = [];
+      for (let i = 0; i < 5; i++) replies.push(await get(server.url));
+      assert.deepEqual(
+        replies.map((reply) => reply.status),
+        [200, 200, 200, 200, 200],
+      );
+      for (const reply of replies) assert.deepEqual(rateLimitFields(reply), {});
+      assert.equal(server.stats.wouldLimit, 2);
+      assert.equal(server.stats.admitted, 5);
+      assert.equal(server.stats.limited, 0);
+    });
+
+    it('headers: false sends no RateLimit fields, but a 429 still carries Retry-After', async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serve({ limiter, policy, clock, headers: false });
+      const replies: Reply[] = [];
+      for (let i = 0; i < 4; i++) replies.push(await get(server.url));
+      assert.deepEqual(rateLimitFields(replies[0]!), {});
+      assert.equal(replies[3]!.status, 429);
+      assert.deepEqual(rateLimitFields(replies[3]!), { 'retry-after': '1' });
+    });
+
+    it('skip lets a request through undecided; a throwing skip is counted and the request decided', async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        skip: (req) => {
+          if (req.headers['x-skip'] === 'throw') throw new Error('boom');
+          return req.headers['x-skip'] === 'yes';
+        },
+      });
+      for (let i = 0; i < 5; i++) assert.equal((await get(server.url, '/', { 'x-skip': 'yes' })).status, 200);
+      assert.deepEqual(rateLimitFields(await get(server.url, '/', { 'x-skip': 'yes' })), {});
+      assert.equal(
+        rateLimitFields(await get(server.url, '/', { 'x-skip': 'throw' })).ratelimit,
+        '"api";r=2;t=1',
+      );
+      assert.equal(server.stats.skipped, 6);
+      assert.equal(server.stats.hookErrors, 1);
+    });
+
+    it('onLimited sees the rejection with headers set; a response it ends replaces the default body', async () => {
+      const { clock, limiter } = localBucket();
+      const seen: Decision[] = [];
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        onLimited: (_req, res, decision) => {
+          seen.push(decision);
+          framework.endCustom(res, 'slow down');
+        },
+      });
+      for (let i = 0; i < 3; i++) await get(server.url);
+      const limited = await get(server.url);
+      assert.equal(limited.status, 418);
+      assert.equal(limited.body, 'slow down');
+      assert.equal(limited.headers['retry-after'], '1');
+      assert.equal(limited.headers.ratelimit, '"api";r=0;t=3');
+      assert.equal(seen.length, 1);
+      assert.equal(seen[0]!.allowed, false);
+    });
+
+    it('a throwing onLimited is counted and the default 429 is sent', async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        onLimited: () => {
+          throw new Error('boom');
+        },
+      });
+      for (let i = 0; i < 3; i++) await get(server.url);
+      const limited = await get(server.url);
+      assert.equal(limited.status, 429);
+      assert.deepEqual(JSON.parse(limited.body), { error: 'rate_limited', retryAfterSec: 1 });
+      assert.equal(server.stats.hookErrors, 1);
+    });
+  });
+
+  describe(`${framework.name}: client address and key extraction`, () => {
+    it('ignores X-Forwarded-For from an untrusted peer: a client cannot pick its own key', async () => {
+      const { clock, limiter: inner } = localBucket();
+      const { limiter, keys } = recording(inner);
+      const server = await serve({ limiter, policy, clock, limiterKind: 'sync' });
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        statuses.push((await get(server.url, '/', { 'x-forwarded-for': `198.51.100.${i}` })).status);
+      }
+      assert.deepEqual(
+        statuses,
+        [200, 200, 200, 429],
+        'one bucket for the socket peer, whatever the header says',
+      );
+      assert.deepEqual(new Set(keys), new Set(['127.0.0.1']));
+    });
+
+    it('reads X-Forwarded-For from a trusted proxy, right to left; spoofed hops on the left are ignored', async () => {
+      const { clock, limiter: inner } = localBucket();
+      const { limiter, keys } = recording(inner);
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        limiterKind: 'sync',
+        trustedProxies: ['loopback', '10.0.0.0/8'],
+      });
+      const statuses: number[] = [];
+      for (let i = 0; i < 4; i++) {
+        // The client prepends a random address; our proxies appended the real client and a hop.
+        const forwardedFor = `198.51.100.${i}, 203.0.113.7, 10.1.2.3`;
+        statuses.push((await get(server.url, '/', { 'x-forwarded-for': forwardedFor })).status);
+      }
+      assert.deepEqual(statuses, [200, 200, 200, 429]);
+      assert.deepEqual(new Set(keys), new Set(['203.0.113.7']));
+      assert.equal((await get(server.url, '/', { 'x-forwarded-for': '203.0.113.8' })).status, 200);
+      assert.equal(keys.at(-1), '203.0.113.8');
+      assert.equal((await get(server.url, '/', { 'x-forwarded-for': 'garbage, 203.0.113.9' })).status, 200);
+      assert.equal(keys.at(-1), '203.0.113.9');
+      assert.equal((await get(server.url, '/', { 'x-forwarded-for': '203.0.113.9, garbage' })).status, 200);
+      assert.equal(keys.at(-1), '127.0.0.1', 'a malformed hop means the chain is not trusted past the peer');
+    });
+
+    it('groups IPv6 clients by /64 (default) and by a configured prefix', async () => {
+      const { clock, limiter: inner } = localBucket();
+      const { limiter, keys } = recording(inner);
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        limiterKind: 'sync',
+        trustedProxies: ['loopback'],
+      });
+      const statuses: number[] = [];
+      for (const address of [
+        '2001:db8:1:2::a',
+        '2001:db8:1:2:ffff::b',
+        '2001:DB8:1:2:0:0:0:c',
+        '2001:db8:1:2::d',
+      ]) {
+        statuses.push((await get(server.url, '/', { 'x-forwarded-for': address })).status);
+      }
+      assert.deepEqual(statuses, [200, 200, 200, 429], 'rotating addresses inside one /64 share a bucket');
+      assert.deepEqual(new Set(keys), new Set(['2001:db8:1:2::/64']));
+      assert.equal((await get(server.url, '/', { 'x-forwarded-for': '2001:db8:1:3::a' })).status, 200);
+      assert.equal(keys.at(-1), '2001:db8:1:3::/64');
+      assert.equal((await get(server.url, '/', { 'x-forwarded-for': '::ffff:203.0.113.7' })).status, 200);
+      assert.equal(keys.at(-1), '203.0.113.7', 'IPv4-mapped IPv6 is the IPv4 client');
+
+      const wide = recording(localBucket().limiter);
+      const server56 = await serve({
+        limiter: wide.limiter,
+        policy,
+        limiterKind: 'sync',
+        trustedProxies: ['loopback'],
+        ipv6PrefixLength: 56,
+      });
+      await get(server56.url, '/', { 'x-forwarded-for': '2001:db8:1:2ff::1' });
+      assert.deepEqual(wide.keys, ['2001:db8:1:200::/56']);
+    });
+
+    it('a key function keys requests; a throwing, empty or over-long key falls back to the client address', async () => {
+      const { clock, limiter: inner } = localBucket();
+      const { limiter, keys } = recording(inner);
+      const server = await serve({
+        limiter,
+        policy,
+        clock,
+        limiterKind: 'sync',
+        key: (req) => {
+          const tenant = req.headers['x-tenant'];
+          if (tenant === 'throw') throw new Error('boom');
+          if (tenant === 'long') return 'k'.repeat(10_000);
+          return typeof tenant === 'string' ? `tenant:${tenant}` : '';
+        },
+      });
+      assert.equal((await get(server.url, '/', { 'x-tenant': 'acme' })).status, 200);
+      assert.equal((await get(server.url, '/', { 'x-tenant': 'throw' })).status, 200);
+      assert.equal((await get(server.url)).status, 200);
+      assert.equal((await get(server.url, '/', { 'x-tenant': 'long' })).status, 200);
+      assert.deepEqual(keys, ['tenant:acme', '127.0.0.1', '127.0.0.1', 'k'.repeat(10_000), '127.0.0.1']);
+      assert.equal(server.stats.keyFallbacks, 3);
+      assert.equal(server.stats.limiterErrors, 0);
+      assert.equal((await get(server.url)).status, 429, 'the fallbacks all spent the client address bucket');
+    });
+
+    it('a limiter that throws is reported to onError and the request admitted (fail open), never a crash', async () => {
+      const errors: unknown[] = [];
+      const broken: SyncLimiter = {
+        limit() {
+          throw new Error('broken limiter');
+        },
+      };
+      const server = await serve({
+        limiter: broken,
+        policy,
+        limiterKind: 'sync',
+        onError: (error) => errors.push(error),
+      });
+      const reply = await get(server.url);
+      assert.equal(reply.status, 200);
+      assert.deepEqual(rateLimitFields(reply), {});
+      assert.equal(server.stats.limiterErrors, 1);
+      assert.equal((errors[0] as Error).message, 'broken limiter');
+    });
+  });
+
+  describe(`${framework.name}: global limiter`, () => {
+    it('fake directives: ratio 0 admits synchronously; ratio 1 rejects with the retry of one interval; shadow is invisible but counted', async () => {
+      const h = harness({ intervalMs: 1000 });
+      const server = await serve({
+        limiter: h.limiter,
+        policy: { name: 'api', limit: 100, windowSec: 1 },
+        clock: h.clock,
+        key: () => 'api',
+      });
+
+      const before = await get(server.url);
+      assert.equal(before.status, 200);
+      assert.deepEqual(JSON.parse(before.body), { ok: true, sync: true });
+      assert.deepEqual(
+        rateLimitFields(before),
+        { 'ratelimit-policy': '"api";q=100;w=1' },
+        'no count before any directive',
+      );
+
+      h.aggregator.set('api', { dropRatio: 0, limitRps: 100 });
+      await h.flush();
+      const admitted = await get(server.url);
+      assert.deepEqual(rateLimitFields(admitted), {
+        'ratelimit-policy': '"api";q=100;w=1',
+        ratelimit: '"api";r=100;t=0',
+      });
+
+      h.aggregator.set('api', { dropRatio: 1, limitRps: 100 });
+      await h.flush();
+      const dropped = await get(server.url);
+      assert.equal(dropped.status, 429);
+      assert.deepEqual(rateLimitFields(dropped), {
+        'ratelimit-policy': '"api";q=100;w=1',
+        ratelimit: '"api";r=0;t=1',
+        'retry-after': '1',
+      });
+      assert.deepEqual(JSON.parse(dropped.body), { error: 'rate_limited', retryAfterSec: 1 });
+
+      h.aggregator.set('api', { dropRatio: 1, limitRps: 100, mode: 'shadow' });
+      await h.flush();
+      const shadowed = await get(server.url);
+      assert.equal(shadowed.status, 200);
+      assert.deepEqual(
+        rateLimitFields(shadowed),
+        rateLimitFields(admitted),
+        'a would-drop looks like any admit',
+      );
+      assert.equal(server.stats.wouldLimit, 1);
+      assert.equal(server.stats.limited, 1);
+      assert.equal(server.stats.admitted, 3);
+      const bucket = h.limiter.snapshot().buckets.find((b) => b.key === 'api');
+      assert.equal(bucket?.wouldDrop, 1);
+      assert.equal(bucket?.offered, 4);
+    });
+
+    it('the real controller: offered load reported, a ratio computed, and about that share rejected', async () => {
+      const clock = new ManualClock(1_700_000_000_000);
+      const network = new InMemoryNetwork({ scheduler: clock });
+      const controller = createController({
+        id: 'controller',
+        scheduler: clock,
+        epoch: 1,
+        config: {
+          version: 1,
+          intervalMs: 1000,
+          ttlMs: 10_000,
+          buckets: [{ key: 'api', limitRps: 10, mode: 'enforce', scope: 'global' }],
+          ratioPolicy: { kind: 'plain' },
+        },
+      });
+      network.listen('controller', controller.handleReport);
+      const limiter = createGlobalLimiter({
+        reporterId: 'edge-1',
+        zone: 'z1',
+        clients: [network.connect('controller', { from: 'edge-1' })],
+        scheduler: clock,
+        random: seededRandom(7),
+        jitterRatio: 0,
+      });
+      const server = await serve({
+        limiter,
+        policy: { name: 'api', limit: 10, windowSec: 1 },
+        clock,
+        key: () => 'api',
+      });
+
+      // Two report windows of 40 requests: the controller ticks between them, and the reply to the
+      // second report (which carries the bucket, so it gets its directive) brings the ratio down.
+      for (let window = 0; window < 2; window++) {
+        for (let i = 0; i < 40; i++) assert.equal((await get(server.url)).status, 200);
+        clock.advance(1000);
+        await drive(clock, limiter.flush());
+        if (window === 0) controller.tick();
+      }
+      // Offered 40 rps against a limit of 10: the plain policy drops 30/40 of it.
+      assert.equal(controller.snapshot().buckets[0]?.dropRatio, 0.75);
+      assert.equal(limiter.snapshot().buckets[0]?.dropRatio, 0.75);
+
+      let limited = 0;
+      for (let i = 0; i < 80; i++) {
+        const reply = await get(server.url);
+        if (reply.status === 429) {
+          limited++;
+          assert.equal(reply.headers['retry-after'], '1');
+        }
+      }
+      assert.ok(limited >= 45 && limited <= 75, `expected about 60 of 80 rejected, got ${limited}`);
+      assert.equal(server.stats.limited, limited);
+    });
+  });
+
+  describe(`${framework.name}: Redis limiter`, {
+    skip: !redisServerAvailable() && process.env.CI !== 'true',
+  }, () => {
+    let redisServer: RedisServer;
+    let client: Redis;
+    before(async () => {
+      redisServer = await startRedis();
+      client = new Redis({
+        host: redisServer.host,
+        port: redisServer.port,
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        lazyConnect: true,
+      });
+      await client.connect();
+    });
+    after(async () => {
+      client?.disconnect();
+      await redisServer?.stop();
+    });
+
+    /** 3 tokens refilling at one per 1000 s: no refill within a test, however slow the machine. */
+    const redisBucket = (prefix: string, timeoutMs = 5000): RedisLimiter =>
+      createRedisTokenBucket({
+        redis: ioredisAdapter(client),
+        prefix,
+        capacity: 3,
+        refillPerSec: 0.001,
+        timeoutMs,
+      });
+
+    it('awaits the decision (not synchronous), counts per client and rejects with 429 after the limit', async () => {
+      const server = await serve({ limiter: redisBucket(`${framework.name}-a`), policy });
+      const replies: Reply[] = [];
+      for (let i = 0; i < 4; i++) replies.push(await get(server.url));
+      assert.deepEqual(
+        replies.map((reply) => reply.status),
+        [200, 200, 200, 429],
+      );
+      assert.deepEqual(JSON.parse(replies[0]!.body), { ok: true, sync: false });
+      assert.equal(replies[0]!.headers['ratelimit-policy'], '"api";q=3;w=3');
+      // Reset is when the bucket is full again: 1000 s per token on the Redis clock.
+      assert.match(String(replies[0]!.headers.ratelimit), /^"api";r=2;t=(999|1000)$/);
+      assert.match(String(replies[3]!.headers.ratelimit), /^"api";r=0;t=(299\d|3000)$/);
+      assert.equal(replies[3]!.headers['retry-after'], '1000');
+      assert.deepEqual(JSON.parse(replies[3]!.body), { error: 'rate_limited', retryAfterSec: 1000 });
+      assert.equal(server.stats.limited, 1);
+    });
+
+    it('a key the Redis limiter refuses falls back to the client address', async () => {
+      const server = await serve({
+        limiter: redisBucket(`${framework.name}-b`),
+        policy,
+        key: () => 'k'.repeat(10_000),
+      });
+      assert.equal((await get(server.url)).status, 200);
+      assert.equal(server.stats.keyFallbacks, 1);
+      assert.equal(server.stats.limiterErrors, 0);
+    });
+
+    it('shadow mode over Redis: admitted, no fields, counted', async () => {
+      const server = await serve({ limiter: redisBucket(`${framework.name}-c`), policy, mode: 'shadow' });
+      for (let i = 0; i < 5; i++) assert.deepEqual(rateLimitFields(await get(server.url)), {});
+      assert.equal(server.stats.wouldLimit, 2);
+    });
+
+    it('fail-open decisions pass through: admitted, counted, and no RateLimit count claimed', async () => {
+      const limiter = redisBucket(`${framework.name}-d`, 100);
+      const server = await serve({ limiter, policy });
+      redisServer.pause();
+      let reply: Reply;
+      try {
+        reply = await get(server.url);
+      } finally {
+        redisServer.resume();
+      }
+      assert.equal(reply.status, 200);
+      assert.deepEqual(rateLimitFields(reply), { 'ratelimit-policy': '"api";q=3;w=3' });
+      assert.equal(server.stats.failOpen, 1);
+      assert.equal(limiter.stats.failOpen, 1);
+    });
+  });
+}
