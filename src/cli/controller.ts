@@ -3,14 +3,20 @@ import { hostname } from 'node:os';
 import { Counter, Gauge } from 'prom-client';
 import { parseLimitsConfig } from '../config/limits-config.js';
 import { createController } from '../control/controller.js';
+import { systemScheduler } from '../core/clock.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { createAdminActions } from '../dashboard/admin-actions.js';
+import { createAdminOverrides } from '../dashboard/admin-overrides.js';
+import { MIN_ADMIN_TOKEN_LENGTH } from '../dashboard/admin-token.js';
+import { type DashboardServer, startDashboardServer } from '../dashboard/dashboard-server.js';
+import { observeTimers } from '../dashboard/tick-observer.js';
 import { addControllerMetrics } from '../ops/controller-metrics.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
-import { type CommandSpec, parseHostPort, runCommand, stringFlag } from './command-line.js';
+import { type CommandSpec, parseHostPort, runCommand, stringFlag, usageError } from './command-line.js';
 import { watchFile } from './file-watcher.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 
@@ -33,6 +39,18 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9090',
     },
+    dashboard: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'serve the live dashboard and its JSON API here (docs/dashboard.md)',
+      defaultText: 'off',
+    },
+    'admin-token': {
+      type: 'string',
+      valueName: 'token',
+      description: `bearer token for the dashboard's admin actions, at least ${MIN_ADMIN_TOKEN_LENGTH} characters`,
+      defaultText: '$SPILLWAY_ADMIN_TOKEN, else admin actions are off',
+    },
     id: {
       type: 'string',
       valueName: 'id',
@@ -51,6 +69,9 @@ export const spec: CommandSpec = {
     'keeps the previous limits in force; the error is logged and counted',
     '(spillway_config_reloads_total{result="error"}).',
     'Set SPILLWAY_AUTH_TOKEN to refuse reports that do not carry the same token.',
+    'Dashboard admin actions (flip shadow/enforce, change a limit) are kept in memory on top of the',
+    'limits file: they survive reloads of the file and end when cleared or when the controller stops.',
+    'Prefer SPILLWAY_ADMIN_TOKEN to --admin-token: command lines are visible to other local users.',
   ],
 };
 
@@ -60,6 +81,19 @@ export function run(argv: string[]): Promise<number> {
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7070');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9090');
     const id = stringFlag(values, 'id') ?? `controller-${hostname()}`;
+    const dashboardAt = stringFlag(values, 'dashboard');
+    const dashboardAddress = dashboardAt === undefined ? undefined : parseHostPort('dashboard', dashboardAt);
+    const adminToken = stringFlag(values, 'admin-token') ?? (process.env.SPILLWAY_ADMIN_TOKEN || undefined);
+    if (adminToken !== undefined && adminToken.length < MIN_ADMIN_TOKEN_LENGTH) {
+      throw usageError(`the admin token must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters`, {
+        flag: 'admin-token',
+      });
+    }
+    if (stringFlag(values, 'admin-token') !== undefined && !dashboardAddress) {
+      throw usageError('--admin-token needs --dashboard (admin actions are served by the dashboard)', {
+        flag: 'admin-token',
+      });
+    }
     const logger = createLogger({
       component: 'controller',
       id,
@@ -67,7 +101,15 @@ export function run(argv: string[]): Promise<number> {
     });
 
     let configText = await readConfigText(configPath);
-    const controller = createController({ id, config: parseLimitsConfig(configText, configPath), logger });
+    // What the file says, with the dashboard's admin overrides on top: what the controller runs.
+    const overrides = createAdminOverrides(parseLimitsConfig(configText, configPath));
+    let dashboard: DashboardServer | undefined;
+    const controller = createController({
+      id,
+      config: overrides.effective(),
+      logger,
+      scheduler: observeTimers(systemScheduler, () => dashboard?.onTick()),
+    });
     const metrics = createMetrics({ component: 'controller', id });
     addControllerMetrics(metrics, controller);
     const reloads = new Counter({
@@ -98,7 +140,10 @@ export function run(argv: string[]): Promise<number> {
           // Editors fire several events per save; an unchanged file is not a reload.
           if (trigger === 'file' && text === configText) return;
           const config = parseLimitsConfig(text, configPath);
-          controller.updateConfig(config);
+          const { dropped } = overrides.replaceFile(config);
+          controller.updateConfig(overrides.effective());
+          if (dropped.length > 0)
+            logger.warn({ rules: dropped }, 'admin overrides dropped: their rules left the limits file');
           configText = text;
           lastReloadError = undefined;
           reloads.inc({ result: 'ok' });
@@ -141,14 +186,27 @@ export function run(argv: string[]): Promise<number> {
           buckets: snapshot.buckets.length,
           children: snapshot.children.length,
           lastReloadError: lastReloadError ?? null,
+          adminOverrides: overrides.rules().filter((r) => r.override !== undefined).length,
         };
       },
     });
+    if (dashboardAddress) {
+      dashboard = await startDashboardServer({
+        host: dashboardAddress.host,
+        port: dashboardAddress.port,
+        controller,
+        overrides,
+        admin: createAdminActions({ overrides, controller, logger }),
+        adminToken,
+        logger,
+      });
+    }
     controller.start();
     const watcher = watchFile(configPath, () => reload('file'));
     logListening(logger, {
       grpc: server.address,
       ops: opsServer.address,
+      ...(dashboard ? { dashboard: dashboard.url, admin: adminToken !== undefined } : {}),
       config: configPath,
       epoch: controller.epoch,
     });
@@ -159,6 +217,7 @@ export function run(argv: string[]): Promise<number> {
       await server.close();
       controller.stop();
       await reloading;
+      await dashboard?.close();
       await opsServer.close();
       logger.info({}, 'stopped');
     });

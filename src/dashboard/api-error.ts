@@ -1,0 +1,48 @@
+/**
+ * Error codes of the dashboard's HTTP API, in every error body as `{ error: { code, message } }`.
+ * Like SpillwayError codes they are stable (docs/dashboard.md lists them); messages may improve.
+ */
+export const ApiErrorCode = {
+  /** The body is not JSON, not an object of the expected shape, or a value is out of range (400). */
+  InvalidRequest: 'ERR_SPILLWAY_INVALID_REQUEST',
+  /** No `Authorization: Bearer` header, or the token is wrong (401). */
+  Unauthenticated: 'ERR_SPILLWAY_UNAUTHENTICATED',
+  /** The controller runs without an admin token: admin actions are off, read-only views stay open (403). */
+  AdminDisabled: 'ERR_SPILLWAY_ADMIN_DISABLED',
+  /** No rule in the limits has that key or template (404). */
+  UnknownRule: 'ERR_SPILLWAY_UNKNOWN_RULE',
+  /** No current tuning suggestion has that id (404). */
+  UnknownSuggestion: 'ERR_SPILLWAY_UNKNOWN_SUGGESTION',
+  /** No such path (404). */
+  NotFound: 'ERR_SPILLWAY_NOT_FOUND',
+  /** The path exists but not for this method (405, with `allow`). */
+  MethodNotAllowed: 'ERR_SPILLWAY_METHOD_NOT_ALLOWED',
+  /** The body is larger than the API accepts (413). */
+  PayloadTooLarge: 'ERR_SPILLWAY_PAYLOAD_TOO_LARGE',
+  /** Admin actions take `application/json` only (415). */
+  UnsupportedMediaType: 'ERR_SPILLWAY_UNSUPPORTED_MEDIA_TYPE',
+  /** Every event-stream slot is taken (503); the same code as other full bounded tables. */
+  CapacityExceeded: 'ERR_SPILLWAY_CAPACITY_EXCEEDED',
+} as const;
+
+export type ApiErrorCode = (typeof ApiErrorCode)[keyof typeof ApiErrorCode];
+
+export class ApiError extends Error {
+  readonly status: number;
+  readonly code: ApiErrorCode;
+  readonly details: Record<string, unknown> | undefined;
+
+  constructor(status: number, code: ApiErrorCode, message: string, details?: Record<string, unknown>) {
+    super(message);
+    this.name = 'ApiError';
+    this.status = status;
+    this.code = code;
+    this.details = details;
+  }
+
+  toJSON(): { error: { code: ApiErrorCode; message: string; details?: Record<string, unknown> } } {
+    return {
+      error: { code: this.code, message: this.message, ...(this.details ? { details: this.details } : {}) },
+    };
+  }
+}

@@ -1,0 +1,321 @@
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { z } from 'zod';
+import type { ControllerSnapshot } from '../control/controller.js';
+import type { Logger } from '../ops/logger.js';
+import { formatHostPort } from '../transport/grpc-control-service.js';
+import type { AdminActions, AdminActor } from './admin-actions.js';
+import type { AdminOverrides } from './admin-overrides.js';
+import { checkBearer } from './admin-token.js';
+import { ApiError, ApiErrorCode } from './api-error.js';
+import { createBucketHistory } from './bucket-history.js';
+import { buildDashboardView, type DashboardView, type ViewLimits } from './dashboard-view.js';
+import { createEventStream } from './event-stream.js';
+import { loadStaticAssets, type StaticAsset } from './static-assets.js';
+import type { TuningSource } from './tuning-source.js';
+
+export interface DashboardServerOptions {
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0 (any free port; read the real one from `address`). */
+  port?: number;
+  controller: { snapshot(): ControllerSnapshot };
+  overrides: AdminOverrides;
+  admin: AdminActions;
+  /** Bearer token for admin actions. Absent: admin actions answer 403, read-only views stay open. */
+  adminToken?: string;
+  tuning?: TuningSource;
+  logger: Logger;
+  /** Most concurrent `/api/stream` subscribers. Default 32. */
+  maxStreamClients?: number;
+  /** Default 15 s. */
+  heartbeatMs?: number;
+  /** Ticks kept for `/api/history`. Default 300. */
+  historyLength?: number;
+  view?: ViewLimits;
+  /** Where index.html, app.js and style.css live. Default: the package's `dashboard/`. */
+  staticDir?: string;
+}
+
+export interface DashboardServer {
+  readonly address: string;
+  readonly port: number;
+  /** `http://host:port/` */
+  readonly url: string;
+  /** Call after every controller tick: records the history and sends one event to subscribers. */
+  onTick(): void;
+  close(): Promise<void>;
+}
+
+/** Most bytes of JSON an admin action may send: the bodies are a rule name and a number. */
+const MAX_BODY_BYTES = 16 * 1024;
+/** Free text in the audit line: short, printable, no way to forge a second log field or line. */
+const ACTOR_PATTERN = /^[\w .@:-]{1,64}$/;
+
+const ruleName = z.string().min(1).max(512);
+const modeBody = z.strictObject({ rule: ruleName, mode: z.enum(['enforce', 'shadow']) });
+const limitBody = z.strictObject({
+  rule: ruleName,
+  limitRps: z.number().refine(Number.isFinite, 'must be a finite number').pipe(z.number().min(0).max(1e9)),
+});
+const clearBody = z.strictObject({ rule: ruleName });
+const acceptBody = z.strictObject({ id: z.string().min(1).max(256) });
+
+/**
+ * The controller's web page and its JSON API (docs/dashboard.md). Plain node:http: a handful of
+ * routes. Read-only routes are open (bind to loopback, or put it behind your own access control);
+ * admin routes need the bearer token and are audited.
+ */
+export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
+  const host = options.host ?? '127.0.0.1';
+  const { controller, overrides, admin, tuning, logger } = options;
+  const adminToken = options.adminToken || undefined;
+  const assets: Map<string, StaticAsset> = loadStaticAssets(options.staticDir);
+  const history = createBucketHistory({ capacity: options.historyLength ?? 300 });
+  const stream = createEventStream({
+    maxClients: options.maxStreamClients ?? 32,
+    heartbeatMs: options.heartbeatMs ?? 15_000,
+  });
+  let lastVersion = -1;
+
+  const view = (): DashboardView =>
+    buildDashboardView(controller.snapshot(), overrides.rules(), adminToken !== undefined, options.view);
+
+  const server = createServer((request, response) => {
+    route(request, response).catch((error: unknown) => {
+      if (error instanceof ApiError) {
+        const headers: Record<string, string> = error.status === 401 ? authChallenge() : {};
+        if (error.status === 405)
+          headers.allow = ((error.details?.allow as string[] | undefined) ?? []).join(', ');
+        sendJson(response, error.status, error.toJSON(), headers);
+        return;
+      }
+      logger.error({ err: String(error), path: request.url }, 'dashboard request failed');
+      if (!response.headersSent)
+        sendJson(response, 500, { error: { code: 'ERR_INTERNAL', message: 'internal error' } });
+      else response.destroy();
+    });
+  });
+
+  async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const path = new URL(request.url ?? '/', 'http://dashboard').pathname;
+    const method = request.method ?? 'GET';
+
+    const asset = assets.get(path === '/index.html' ? '/' : path);
+    if (asset) {
+      allow(method, ['GET', 'HEAD']);
+      response.writeHead(200, {
+        'content-type': asset.contentType,
+        'content-length': asset.body.length,
+        'cache-control': 'no-cache',
+        ...securityHeaders(),
+      });
+      response.end(method === 'HEAD' ? undefined : asset.body);
+      return;
+    }
+
+    switch (path) {
+      case '/api/snapshot':
+        allow(method, ['GET']);
+        sendJson(response, 200, view());
+        return;
+      case '/api/history':
+        allow(method, ['GET']);
+        sendJson(response, 200, history.columns());
+        return;
+      case '/api/tuning':
+        allow(method, ['GET']);
+        sendJson(response, 200, {
+          engine: tuning?.name ?? null,
+          suggestions: tuning ? await tuning.suggestions() : [],
+        });
+        return;
+      case '/api/stream':
+        allow(method, ['GET']);
+        if (!stream.accept(request, response)) {
+          throw new ApiError(503, ApiErrorCode.CapacityExceeded, 'too many event-stream subscribers', {
+            maxClients: options.maxStreamClients ?? 32,
+          });
+        }
+        // The page draws at once instead of waiting up to an interval for the next tick.
+        response.write(`event: tick\ndata: ${JSON.stringify(view())}\n\n`);
+        return;
+      case '/api/admin/check':
+        allow(method, ['GET']);
+        sendJson(response, 200, { ok: true, actor: authorize(request).name });
+        return;
+      case '/api/admin/mode': {
+        allow(method, ['POST']);
+        const actor = authorize(request);
+        const body = parseBody(modeBody, await readJson(request));
+        sendJson(response, 200, admin.setMode(actor, body.rule, body.mode));
+        return;
+      }
+      case '/api/admin/limit': {
+        allow(method, ['POST']);
+        const actor = authorize(request);
+        const body = parseBody(limitBody, await readJson(request));
+        sendJson(response, 200, admin.setLimit(actor, body.rule, body.limitRps));
+        return;
+      }
+      case '/api/admin/clear-override': {
+        allow(method, ['POST']);
+        const actor = authorize(request);
+        const body = parseBody(clearBody, await readJson(request));
+        sendJson(response, 200, admin.clearOverride(actor, body.rule));
+        return;
+      }
+      case '/api/admin/tuning/accept': {
+        allow(method, ['POST']);
+        const actor = authorize(request);
+        const body = parseBody(acceptBody, await readJson(request));
+        sendJson(response, 200, await admin.acceptSuggestion(actor, body.id));
+        return;
+      }
+      default:
+        throw new ApiError(404, ApiErrorCode.NotFound, `no such path: ${path}`);
+    }
+  }
+
+  function authorize(request: IncomingMessage): AdminActor {
+    if (adminToken === undefined) {
+      throw new ApiError(
+        403,
+        ApiErrorCode.AdminDisabled,
+        'admin actions are disabled: start the controller with --admin-token or SPILLWAY_ADMIN_TOKEN',
+      );
+    }
+    const check = checkBearer(request.headers.authorization, adminToken);
+    if (check === 'missing') {
+      throw new ApiError(
+        401,
+        ApiErrorCode.Unauthenticated,
+        'admin actions need Authorization: Bearer <token>',
+      );
+    }
+    if (check === 'invalid') throw new ApiError(401, ApiErrorCode.Unauthenticated, 'wrong admin token');
+    const given = request.headers['x-spillway-actor'];
+    const name = typeof given === 'string' && given !== '' ? given : 'admin';
+    if (!ACTOR_PATTERN.test(name)) {
+      throw new ApiError(
+        400,
+        ApiErrorCode.InvalidRequest,
+        'x-spillway-actor must be 1-64 letters, digits, spaces or . @ : _ -',
+      );
+    }
+    return { name, remote: request.socket.remoteAddress ?? 'unknown' };
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, host, () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const port = (server.address() as AddressInfo).port;
+  const address = formatHostPort(host, port);
+
+  let closing: Promise<void> | undefined;
+  return {
+    address,
+    port,
+    url: `http://${address}/`,
+    onTick() {
+      const current = view();
+      // Several timers may fire per tick; one event per controller version.
+      if (current.controller.version === lastVersion) return;
+      lastVersion = current.controller.version;
+      history.add(current);
+      stream.publish('tick', current);
+    },
+    close() {
+      closing ??= new Promise<void>((resolve) => {
+        stream.close();
+        server.close(() => resolve());
+        server.closeAllConnections();
+      });
+      return closing;
+    },
+  };
+}
+
+/** A body of the wrong shape is a 400 naming the first offending field. */
+function parseBody<T>(schema: z.ZodType<T>, value: unknown): T {
+  const parsed = schema.safeParse(value);
+  if (parsed.success) return parsed.data;
+  const issue = parsed.error.issues[0]!;
+  const field = issue.path.map(String).join('.');
+  const message =
+    issue.code === 'unrecognized_keys'
+      ? `unknown field "${issue.keys[0]}"`
+      : issue.message.replace(/^Invalid input: /, '');
+  throw new ApiError(
+    400,
+    ApiErrorCode.InvalidRequest,
+    field ? `${field}: ${message}` : message,
+    field ? { field } : undefined,
+  );
+}
+
+function allow(method: string, methods: string[]): void {
+  if (!methods.includes(method)) {
+    throw new ApiError(405, ApiErrorCode.MethodNotAllowed, `use ${methods.join(' or ')}`, { allow: methods });
+  }
+}
+
+async function readJson(request: IncomingMessage): Promise<unknown> {
+  const type = (request.headers['content-type'] ?? '').split(';')[0]!.trim().toLowerCase();
+  if (type !== 'application/json') {
+    throw new ApiError(415, ApiErrorCode.UnsupportedMediaType, 'send the body as application/json');
+  }
+  const declared = Number(request.headers['content-length'] ?? 0);
+  if (declared > MAX_BODY_BYTES) {
+    throw new ApiError(413, ApiErrorCode.PayloadTooLarge, `bodies are at most ${MAX_BODY_BYTES} bytes`);
+  }
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of request) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_BODY_BYTES) {
+      throw new ApiError(413, ApiErrorCode.PayloadTooLarge, `bodies are at most ${MAX_BODY_BYTES} bytes`);
+    }
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch (error) {
+    throw new ApiError(400, ApiErrorCode.InvalidRequest, `body is not JSON: ${(error as Error).message}`);
+  }
+}
+
+function securityHeaders(): Record<string, string> {
+  return {
+    'content-security-policy':
+      "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
+      "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+    'x-content-type-options': 'nosniff',
+    'referrer-policy': 'no-referrer',
+  };
+}
+
+function authChallenge(): Record<string, string> {
+  return { 'www-authenticate': 'Bearer realm="spillway-admin"' };
+}
+
+function sendJson(
+  response: ServerResponse,
+  status: number,
+  body: unknown,
+  headers: Record<string, string> = {},
+): void {
+  const text = `${JSON.stringify(body)}\n`;
+  response.writeHead(status, {
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+    'x-content-type-options': 'nosniff',
+    ...headers,
+  });
+  response.end(text);
+}
