@@ -14,6 +14,10 @@ export const subcommands: Record<string, Subcommand> = {
     summary: "run a zone aggregator: sums hosts' reports, forwards them up, relays directives down",
     load: () => import('./aggregator.js'),
   },
+  demo: {
+    summary: 'start a whole local cluster (controller + dashboard, aggregators, hosts, load) and watch it',
+    load: () => import('./demo.js'),
+  },
   controller: {
     summary: 'run the global rate limiter controller (limits file, drop ratios, directives)',
     load: () => import('./controller.js'),

@@ -1,0 +1,59 @@
+/**
+ * Offers calls at rates that change over time: every `tickMs` each stream accrues
+ * `rateAt(t) x elapsed` calls and issues the whole ones, carrying the fraction, so the long-run
+ * count follows the integral of the rate despite timer jitter. After a stall at most `maxCatchUpMs`
+ * of calls are issued at once, like clients that gave up on the rest.
+ */
+export interface VaryingStream {
+  /** Calls per second wanted at `tS` seconds after `startedAtMs`. */
+  rateAt(tS: number): number;
+  offer(): void;
+}
+
+export interface VaryingLoad {
+  start(): void;
+  stop(): void;
+  /** Calls issued per stream so far. */
+  readonly issued: readonly number[];
+}
+
+export function createVaryingLoad(
+  streams: readonly VaryingStream[],
+  {
+    startedAtMs = Date.now(),
+    tickMs = 10,
+    maxCatchUpMs = 1_000,
+  }: { startedAtMs?: number; tickMs?: number; maxCatchUpMs?: number } = {},
+): VaryingLoad {
+  const issued = streams.map(() => 0);
+  const owed = streams.map(() => 0);
+  let timer: NodeJS.Timeout | undefined;
+  let lastMs = 0;
+
+  const tick = () => {
+    const nowMs = Date.now();
+    const elapsedS = Math.min(nowMs - lastMs, maxCatchUpMs) / 1000;
+    lastMs = nowMs;
+    const tS = (nowMs - startedAtMs) / 1000;
+    streams.forEach((stream, i) => {
+      owed[i]! += Math.max(0, stream.rateAt(tS)) * elapsedS;
+      const due = Math.floor(owed[i]!);
+      owed[i]! -= due;
+      for (let n = 0; n < due; n++) stream.offer();
+      issued[i]! += due;
+    });
+  };
+
+  return {
+    issued,
+    start() {
+      if (timer) return;
+      lastMs = Date.now();
+      timer = setInterval(tick, tickMs);
+    },
+    stop() {
+      if (timer) clearInterval(timer);
+      timer = undefined;
+    },
+  };
+}

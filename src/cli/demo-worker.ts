@@ -1,0 +1,90 @@
+import { z } from 'zod';
+import { createGlobalLimiter } from '../global/global-limiter.js';
+import { instrumentControlClient } from '../ops/instrument-control-client.js';
+import { addLimiterMetrics } from '../ops/limiter-metrics.js';
+import { createLogger, type Logger, logListening } from '../ops/logger.js';
+import { createMetrics } from '../ops/metrics.js';
+import { startOpsServer } from '../ops/ops-server.js';
+import { createGrpcControlClient } from '../transport/grpc-control-client.js';
+import { usageError } from './command-line.js';
+import { createVaryingLoad } from './demo-load.js';
+import { DEMO_STREAMS } from './demo-plan.js';
+import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+
+/**
+ * The demo's own processes, started by `spillway demo` as `spillway demo --worker <role> --spec
+ * <json>` (not meant to be run by hand, so not in `--help`). Each prints the usual `listening`
+ * line, stops on SIGTERM/SIGINT, and also stops when its standard input closes: if the demo
+ * itself is killed without a chance to clean up, its load keeps no process busy.
+ */
+const hostSpec = z.strictObject({
+  id: z.string().min(1),
+  zone: z.string().min(1),
+  aggregators: z.array(z.string().min(1)).min(1),
+  /** The demo's start (epoch ms): every process follows the plan from the same instant. */
+  startedAtMs: z.number(),
+  /** This host's fraction of the fleet's load. */
+  share: z.number().min(0).max(1),
+  scale: z.number().positive(),
+});
+
+export type DemoHostSpec = z.infer<typeof hostSpec>;
+
+export async function runDemoWorker(argv: string[]): Promise<number> {
+  const [flag, role, specFlag, specText] = argv;
+  if (flag !== '--worker' || specFlag !== '--spec' || specText === undefined || argv.length !== 4) {
+    throw usageError('internal: spillway demo --worker <role> --spec <json>');
+  }
+  if (role === 'host') return runHost(parseSpec(hostSpec, specText));
+  throw usageError(`internal: unknown demo worker role '${role}'`);
+}
+
+function parseSpec<T>(schema: z.ZodType<T>, text: string): T {
+  const parsed = schema.safeParse(JSON.parse(text));
+  if (!parsed.success) throw usageError(`internal: bad worker spec: ${parsed.error.issues[0]?.message}`);
+  return parsed.data;
+}
+
+/** Resolves when the parent asks to stop (signal) or goes away (stdin closed). */
+function stopRequested(logger: Logger): Promise<unknown> {
+  const parentGone = new Promise<void>((resolve) => {
+    process.stdin.once('end', resolve);
+    process.stdin.once('error', () => resolve());
+    process.stdin.resume();
+  });
+  return Promise.race([waitForShutdown(logger), parentGone]);
+}
+
+/** A data-plane host: a GlobalLimiter offered the plan's load (its share of it), like `spillway host`. */
+async function runHost(spec: DemoHostSpec): Promise<number> {
+  const logger = createLogger({ component: 'host', id: spec.id, level: 'warn' });
+  const metrics = createMetrics({ component: 'host', id: spec.id });
+  const clients = spec.aggregators.map((target) =>
+    instrumentControlClient(createGrpcControlClient(target), metrics),
+  );
+  const limiter = createGlobalLimiter({ reporterId: spec.id, zone: spec.zone, clients, logger });
+  addLimiterMetrics(metrics, limiter);
+  const load = createVaryingLoad(
+    DEMO_STREAMS.map((stream) => {
+      const handle = limiter.bucket(stream.bucket);
+      return {
+        rateAt: (tS: number) => stream.rateAt(tS) * spec.share * spec.scale,
+        offer: () => handle.allow(),
+      };
+    }),
+    { startedAtMs: spec.startedAtMs },
+  );
+  const ops = await startOpsServer({ registry: metrics.registry, health: () => ({ ok: true }) });
+  limiter.start();
+  load.start();
+  logListening(logger, { ops: ops.address, zone: spec.zone, parents: spec.aggregators });
+
+  await stopRequested(logger);
+  await shutdownWithin(logger, 10_000, async () => {
+    load.stop();
+    await limiter.stop({ finalReport: false });
+    for (const client of clients) client.close();
+    await ops.close();
+  });
+  return 0;
+}
