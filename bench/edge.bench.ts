@@ -1,0 +1,815 @@
+// Edge latency: what a rate limit decision adds to an HTTP request on its way to a service.
+//
+// Every case sits in front of the same upstream (a node:http server answering 200 "ok") and is
+// driven by autocannon in a separate process (this file's `loadgen` role, autocannon's programmatic
+// API; every response's own latency recorded, so percentiles are exact to the microsecond rather
+// than autocannon's 1 ms histogram buckets). Cases:
+//
+//   upstream                   the upstream alone (the floor)
+//   proxy, no buckets          `spillway proxy` forwarding with a rule set that has no buckets
+//   proxy + global             `spillway proxy`, global backend (controller + aggregator processes)
+//   proxy + Redis              `spillway proxy`, Redis backend, sliding-window counter
+//   express, no limiter        Express 5 forwarding (node:http, keep-alive agent of 128 sockets)
+//   express + RLF Redis        the same + rate-limiter-flexible RateLimiterRedis (`consume(req.ip)`)
+//   express + spillway global  the same + expressRateLimit over a GlobalLimiter reporting to the aggregator
+//   express + spillway Redis   the same + expressRateLimit over createRedisSlidingCounter
+//   ... over the limit         a global bucket limited below the offered rate: 429s measured too
+//
+// Limits are far above the offered load (decision cost, not rejections) except in the last case.
+// Each case: a warmup at the fixed rate, a measured fixed-rate run (latency; below every case's
+// capacity, so queueing does not swamp the decision cost), then a run at full speed (throughput).
+// Cases run round-robin in each round; reported figures are medians over rounds.
+//
+// Run: node --import tsx --expose-gc bench/edge.bench.ts
+// Env: BENCH_ROUNDS (3), BENCH_DURATION_S (10), BENCH_MAX_DURATION_S (5), BENCH_WARMUP_S (4),
+//      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500).
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import http from 'node:http';
+import { createRequire } from 'node:module';
+import type { AddressInfo } from 'node:net';
+import os from 'node:os';
+import { join } from 'node:path';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SELF = fileURLToPath(import.meta.url);
+const COMMAND = 'node --import tsx --expose-gc bench/edge.bench.ts';
+const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
+const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 10);
+const MAX_DURATION_S = Number(process.env.BENCH_MAX_DURATION_S ?? 5);
+const WARMUP_S = Number(process.env.BENCH_WARMUP_S ?? 4);
+const RATE = Number(process.env.BENCH_RATE ?? 1000);
+const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const OVER_LIMIT_RPS = Number(process.env.BENCH_OVER_LIMIT_RPS ?? 500);
+/** Admitted cases: no limit the load can reach. */
+const HIGH_LIMIT = 1_000_000_000;
+const REDIS_WINDOW_SEC = 60;
+/** Upstream connections pooled by every forwarding case (the proxy's default, docs/proxy.md). */
+const UPSTREAM_SOCKETS = 128;
+
+// ---------------------------------------------------------------------------------------------
+// Child roles
+
+/** The upstream: 200 "ok" to everything, keep-alive. */
+async function runUpstream(): Promise<void> {
+  const server = http.createServer((req, res) => {
+    req.resume();
+    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' });
+    res.end('ok');
+  });
+  server.keepAliveTimeout = 60_000;
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  announce({ http: `127.0.0.1:${(server.address() as AddressInfo).port}` });
+}
+
+type ExpressVariant = 'bare' | 'rlf-redis' | 'spillway-global' | 'spillway-redis';
+
+/**
+ * Express 5 in front of the upstream. The limiter (if any) runs as the first middleware; then the
+ * request is forwarded with node:http over a keep-alive agent and the response piped back.
+ */
+async function runExpress(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      variant: { type: 'string' },
+      upstream: { type: 'string' },
+      aggregator: { type: 'string' },
+      redis: { type: 'string' },
+      bucket: { type: 'string', default: 'edge' },
+      limit: { type: 'string', default: String(HIGH_LIMIT) },
+    },
+  });
+  const variant = values.variant as ExpressVariant;
+  const [upstreamHost, upstreamPort] = String(values.upstream).split(':') as [string, string];
+  const limit = Number(values.limit);
+  const { default: express } = await import('express');
+  const app = express();
+  app.disable('x-powered-by');
+  app.disable('etag');
+
+  if (variant === 'rlf-redis' || variant === 'spillway-redis') {
+    const { Redis } = await import('ioredis');
+    const [host, port] = String(values.redis).split(':') as [string, string];
+    // docs/redis-operations.md, "Recommended ioredis options", for both contenders.
+    const client = new Redis({
+      host,
+      port: Number(port),
+      enableOfflineQueue: false,
+      maxRetriesPerRequest: 0,
+      autoResendUnfulfilledCommands: false,
+      lazyConnect: true,
+    });
+    await client.connect();
+    if (variant === 'rlf-redis') {
+      const { RateLimiterRedis, RateLimiterRes } = await import('rate-limiter-flexible');
+      const limiter = new RateLimiterRedis({
+        storeClient: client,
+        keyPrefix: `edge-rlf-${process.pid}`,
+        points: limit,
+        duration: REDIS_WINDOW_SEC,
+      });
+      // The middleware rate-limiter-flexible's README shows for Express.
+      app.use((req, res, next) => {
+        limiter.consume(req.ip ?? 'unknown').then(
+          () => next(),
+          (rejection: unknown) => {
+            if (!(rejection instanceof RateLimiterRes)) {
+              next(rejection);
+              return;
+            }
+            res
+              .status(429)
+              .set('Retry-After', String(Math.ceil(rejection.msBeforeNext / 1000)))
+              .send('Too Many Requests');
+          },
+        );
+      });
+    } else {
+      const { createRedisSlidingCounter, ioredisAdapter } = await import('../src/redis/index.js');
+      const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
+      app.use(
+        expressRateLimit({
+          limiter: createRedisSlidingCounter({
+            redis: ioredisAdapter(client),
+            prefix: `edge-spillway-${process.pid}`,
+            limit,
+            windowMs: REDIS_WINDOW_SEC * 1000,
+          }),
+          policy: { name: 'edge', limit, windowSec: REDIS_WINDOW_SEC },
+        }),
+      );
+    }
+  } else if (variant === 'spillway-global') {
+    const { createGlobalLimiter } = await import('../src/global/index.js');
+    const { createGrpcControlClient } = await import('../src/transport/index.js');
+    const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
+    const limiter = createGlobalLimiter({
+      reporterId: `edge-express-${process.pid}`,
+      zone: 'z1',
+      clients: [createGrpcControlClient(String(values.aggregator))],
+    });
+    limiter.start();
+    const bucket = String(values.bucket);
+    app.use(expressRateLimit({ limiter, policy: { name: bucket, limit, windowSec: 1 }, key: () => bucket }));
+  }
+
+  const agent = new http.Agent({ keepAlive: true, maxSockets: UPSTREAM_SOCKETS });
+  app.use((req, res) => {
+    const upstreamRequest = http.request(
+      {
+        host: upstreamHost,
+        port: Number(upstreamPort),
+        method: req.method,
+        path: req.originalUrl,
+        headers: { ...req.headers, host: String(values.upstream) },
+        agent,
+      },
+      (upstreamResponse) => {
+        res.writeHead(upstreamResponse.statusCode ?? 502, upstreamResponse.headers);
+        upstreamResponse.pipe(res);
+      },
+    );
+    upstreamRequest.on('error', () => {
+      if (!res.headersSent) res.statusCode = 502;
+      res.end();
+    });
+    req.pipe(upstreamRequest);
+  });
+  const server = app.listen(0, '127.0.0.1');
+  await new Promise<void>((resolve) => server.once('listening', resolve));
+  server.keepAliveTimeout = 60_000;
+  announce({ http: `127.0.0.1:${(server.address() as AddressInfo).port}` });
+}
+
+interface LatencySummary {
+  count: number;
+  p50Us: number;
+  p99Us: number;
+  p999Us: number;
+  maxUs: number;
+}
+
+interface LoadResult {
+  durationSec: number;
+  requests: number;
+  requestsPerSec: number;
+  status2xx: number;
+  status429: number;
+  statusOther: number;
+  errors: number;
+  timeouts: number;
+  latency2xx: LatencySummary;
+  latency429: LatencySummary;
+}
+
+interface AutocannonInstance {
+  on(
+    event: 'response',
+    listener: (client: unknown, statusCode: number, bytes: number, responseTimeMs: number) => void,
+  ): void;
+}
+interface AutocannonResult {
+  errors: number;
+  timeouts: number;
+  duration: number;
+}
+type Autocannon = (
+  options: Record<string, unknown>,
+  callback: (error: Error | null, result: AutocannonResult) => void,
+) => AutocannonInstance;
+
+/** autocannon in this process; each response's latency kept (ms, fractional) by status. */
+async function runLoadgen(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      url: { type: 'string' },
+      connections: { type: 'string' },
+      duration: { type: 'string' },
+      rate: { type: 'string', default: '0' },
+    },
+  });
+  const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
+  const ok: number[] = [];
+  const limited: number[] = [];
+  let other = 0;
+  const rate = Number(values.rate);
+  const result = await new Promise<AutocannonResult>((resolve, reject) => {
+    const instance = autocannon(
+      {
+        url: values.url,
+        connections: Number(values.connections),
+        duration: Number(values.duration),
+        ...(rate > 0 ? { overallRate: rate } : {}),
+        timeout: 10,
+      },
+      (error, done) => (error ? reject(error) : resolve(done)),
+    );
+    instance.on('response', (_client, statusCode, _bytes, responseTimeMs) => {
+      if (statusCode >= 200 && statusCode < 300) ok.push(responseTimeMs);
+      else if (statusCode === 429) limited.push(responseTimeMs);
+      else other++;
+    });
+  });
+  const requests = ok.length + limited.length + other;
+  const out: LoadResult = {
+    durationSec: result.duration,
+    requests,
+    requestsPerSec: requests / result.duration,
+    status2xx: ok.length,
+    status429: limited.length,
+    statusOther: other,
+    errors: result.errors,
+    timeouts: result.timeouts,
+    latency2xx: summarize(ok),
+    latency429: summarize(limited),
+  };
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+}
+
+function summarize(latenciesMs: number[]): LatencySummary {
+  const sorted = Float64Array.from(latenciesMs).sort();
+  const at = (q: number) =>
+    sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]! * 1000;
+  return {
+    count: sorted.length,
+    p50Us: at(0.5),
+    p99Us: at(0.99),
+    p999Us: at(0.999),
+    maxUs: sorted.length === 0 ? 0 : sorted[sorted.length - 1]! * 1000,
+  };
+}
+
+/** The line the orchestrator waits for, in the shape of the spillway processes' `listening` line. */
+function announce(fields: Record<string, string>): void {
+  process.stdout.write(`${JSON.stringify({ msg: 'listening', ...fields })}\n`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Orchestrator
+
+interface Running {
+  name: string;
+  child: ChildProcess;
+  listening: Record<string, unknown>;
+  output: string[];
+}
+
+const children: ChildProcess[] = [];
+
+/** Spawns `args` (node flags included) and resolves with its `listening` line. */
+async function startProcess(name: string, args: string[], timeoutMs = 60_000): Promise<Running> {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
+  children.push(child);
+  const output: string[] = [];
+  createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
+  const listening = await new Promise<Record<string, unknown>>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`${name} did not listen:\n${output.join('\n')}`)),
+      timeoutMs,
+    );
+    child.once('exit', (code) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited (${code}) before listening:\n${output.join('\n')}`));
+    });
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      if (output.length < 200) output.push(line);
+      if (!line.includes('"listening"')) return;
+      try {
+        const parsed = JSON.parse(line) as Record<string, unknown>;
+        if (parsed.msg === 'listening') {
+          clearTimeout(timer);
+          resolve(parsed);
+        }
+      } catch {
+        // not a log line
+      }
+    });
+  });
+  return { name, child, listening, output };
+}
+
+function spillwayArgs(args: string[]): string[] {
+  return ['--import', 'tsx', 'src/cli/entry.ts', ...args];
+}
+
+function stopAll(): void {
+  for (const child of children) {
+    if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  }
+}
+
+async function load(url: string, durationSec: number, rate: number): Promise<LoadResult> {
+  const child = spawn(
+    process.execPath,
+    [
+      '--import',
+      'tsx',
+      SELF,
+      'loadgen',
+      '--url',
+      url,
+      '--connections',
+      String(CONNECTIONS),
+      '--duration',
+      String(durationSec),
+      '--rate',
+      String(rate),
+    ],
+    { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, NODE_OPTIONS: '' } },
+  );
+  children.push(child);
+  let stdout = '';
+  child.stdout!.on('data', (chunk: Buffer) => {
+    stdout += chunk.toString();
+  });
+  const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+  if (code !== 0) throw new Error(`loadgen exited ${code}: ${stdout}`);
+  return JSON.parse(stdout.trim().split('\n').at(-1)!) as LoadResult;
+}
+
+interface Case {
+  id: string;
+  label: string;
+  path: string;
+  url?: string;
+  missing?: string;
+  overLimit?: boolean;
+}
+
+interface CaseRound {
+  fixed: LoadResult;
+  max: LoadResult;
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  if (sorted.length === 0) return Number.NaN;
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+function limitsYaml(): string {
+  return [
+    'version: 1',
+    'intervalMs: 1000',
+    'buckets:',
+    '  - key: edge',
+    `    limitRps: ${HIGH_LIMIT}`,
+    '    mode: enforce',
+    '  - key: edge-over',
+    `    limitRps: ${OVER_LIMIT_RPS}`,
+    '    mode: enforce',
+    '',
+  ].join('\n');
+}
+
+/** A `spillway proxy` rules file (docs/proxy.md). */
+function proxyRules(upstream: string, backend: string[], buckets: string[]): string {
+  return [
+    'version: 1',
+    'upstream:',
+    `  url: http://${upstream}`,
+    `  connections: ${UPSTREAM_SOCKETS}`,
+    'backend:',
+    ...backend.map((line) => `  ${line}`),
+    buckets.length === 0 ? 'buckets: []' : 'buckets:',
+    ...buckets.map((line) => `  ${line}`),
+    '',
+  ].join('\n');
+}
+
+function proxyBucket(name: string, limit: number, windowSec: number, key?: string): string[] {
+  return [
+    `- name: ${name}`,
+    ...(key === undefined ? [] : [`  key: "${key}"`]),
+    `  limit: ${limit}`,
+    `  windowSec: ${windowSec}`,
+  ];
+}
+
+function proxyHttpAddress(listening: Record<string, unknown>): string {
+  for (const field of ['http', 'listen', 'address', 'proxy']) {
+    const value = listening[field];
+    if (typeof value === 'string') return value;
+  }
+  throw new Error(`proxy listening line has no address: ${JSON.stringify(listening)}`);
+}
+
+async function main(): Promise<void> {
+  const loadAverageStart = os.loadavg();
+  const { startRedis } = await import('../test/helpers/redis-server.js');
+  const dir = mkdtempSync(join(os.tmpdir(), 'spillway-edge-bench-'));
+  const redis = await startRedis();
+  const redisAddress = `127.0.0.1:${redis.port}`;
+  process.once('SIGINT', () => {
+    stopAll();
+    void redis.stop().finally(() => process.exit(130));
+  });
+  try {
+    const upstream = await startProcess('upstream', ['--import', 'tsx', SELF, 'upstream']);
+    const upstreamAddress = String(upstream.listening.http);
+    const limitsPath = join(dir, 'limits.yaml');
+    writeFileSync(limitsPath, limitsYaml());
+    const controller = await startProcess(
+      'controller',
+      spillwayArgs([
+        'controller',
+        '--config',
+        limitsPath,
+        '--listen',
+        '127.0.0.1:0',
+        '--ops',
+        '127.0.0.1:0',
+        '--log-level',
+        'warn',
+      ]),
+    );
+    const aggregator = await startProcess(
+      'aggregator',
+      spillwayArgs([
+        'aggregator',
+        '--zone',
+        'z1',
+        '--parent',
+        String(controller.listening.grpc),
+        '--listen',
+        '127.0.0.1:0',
+        '--ops',
+        '127.0.0.1:0',
+        '--log-level',
+        'warn',
+      ]),
+    );
+    const aggregatorAddress = String(aggregator.listening.grpc);
+
+    const cases: Case[] = [
+      {
+        id: 'upstream',
+        label: 'upstream alone',
+        path: 'loadgen → upstream',
+        url: `http://${upstreamAddress}/`,
+      },
+    ];
+
+    const proxyReady = existsSync(join(ROOT, 'src/cli/proxy.ts'));
+    const proxyCase = async (id: string, label: string, path: string, rules: string, overLimit = false) => {
+      if (!proxyReady) {
+        cases.push({ id, label, path, missing: 'src/cli/proxy.ts not in this tree', overLimit });
+        return;
+      }
+      const rulesPath = join(dir, `${id}.yaml`);
+      writeFileSync(rulesPath, rules);
+      try {
+        const proxy = await startProcess(
+          id,
+          spillwayArgs([
+            'proxy',
+            '--rules',
+            rulesPath,
+            '--listen',
+            '127.0.0.1:0',
+            '--ops',
+            '127.0.0.1:0',
+            '--log-level',
+            'warn',
+          ]),
+        );
+        cases.push({ id, label, path, url: `http://${proxyHttpAddress(proxy.listening)}/`, overLimit });
+      } catch (error) {
+        cases.push({ id, label, path, missing: String(error).split('\n').slice(0, 6).join(' '), overLimit });
+      }
+    };
+    const globalBackend = ['kind: global', `aggregators: ["${aggregatorAddress}"]`, 'zone: z1'];
+    await proxyCase(
+      'proxy-bare',
+      'spillway proxy, no buckets',
+      'loadgen → proxy (rules with no buckets) → upstream',
+      proxyRules(upstreamAddress, ['kind: local'], []),
+    );
+    await proxyCase(
+      'proxy-global',
+      'spillway proxy + global',
+      'loadgen → proxy (global backend, one bucket, decided in process) → upstream',
+      proxyRules(upstreamAddress, globalBackend, proxyBucket('edge', HIGH_LIMIT, 1)),
+    );
+    await proxyCase(
+      'proxy-redis',
+      'spillway proxy + Redis sliding window',
+      'loadgen → proxy (Redis sliding-counter per client address, one EVALSHA per request) → upstream',
+      proxyRules(
+        upstreamAddress,
+        ['kind: redis', `url: redis://${redisAddress}`, 'algorithm: sliding-counter', 'timeoutMs: 100'],
+        proxyBucket('edge', HIGH_LIMIT, REDIS_WINDOW_SEC, 'edge:{client}'),
+      ),
+    );
+
+    const expressCase = async (
+      id: string,
+      label: string,
+      path: string,
+      args: string[],
+      overLimit = false,
+    ) => {
+      const server = await startProcess(id, [
+        '--import',
+        'tsx',
+        SELF,
+        'express',
+        '--upstream',
+        upstreamAddress,
+        '--aggregator',
+        aggregatorAddress,
+        '--redis',
+        redisAddress,
+        ...args,
+      ]);
+      cases.push({ id, label, path, url: `http://${String(server.listening.http)}/`, overLimit });
+    };
+    await expressCase(
+      'express-bare',
+      'express, no limiter',
+      'loadgen → Express → node:http forward → upstream',
+      ['--variant', 'bare'],
+    );
+    await expressCase(
+      'express-rlf-redis',
+      'express + rate-limiter-flexible RateLimiterRedis',
+      'loadgen → Express → RateLimiterRedis.consume(req.ip) (one Redis round trip) → forward → upstream',
+      ['--variant', 'rlf-redis'],
+    );
+    await expressCase(
+      'express-spillway-global',
+      'express + spillway global',
+      'loadgen → Express → expressRateLimit(GlobalLimiter, decided in process) → forward → upstream',
+      ['--variant', 'spillway-global'],
+    );
+    await expressCase(
+      'express-spillway-redis',
+      'express + spillway Redis sliding window',
+      'loadgen → Express → expressRateLimit(Redis sliding-counter, one EVALSHA) → forward → upstream',
+      ['--variant', 'spillway-redis'],
+    );
+    if (proxyReady) {
+      await proxyCase(
+        'proxy-global-over',
+        `spillway proxy + global, over the limit (${OVER_LIMIT_RPS} rps)`,
+        `loadgen → proxy (global bucket limited to ${OVER_LIMIT_RPS} rps) → upstream or 429`,
+        proxyRules(upstreamAddress, globalBackend, proxyBucket('edge-over', OVER_LIMIT_RPS, 1)),
+        true,
+      );
+    } else {
+      await expressCase(
+        'express-spillway-global-over',
+        `express + spillway global, over the limit (${OVER_LIMIT_RPS} rps)`,
+        `loadgen → Express → expressRateLimit(GlobalLimiter, bucket limited to ${OVER_LIMIT_RPS} rps) → forward or 429`,
+        ['--variant', 'spillway-global', '--bucket', 'edge-over', '--limit', String(OVER_LIMIT_RPS)],
+        true,
+      );
+    }
+
+    const runnable = cases.filter((c) => c.url !== undefined);
+    const rounds = new Map<string, CaseRound[]>(runnable.map((c) => [c.id, []]));
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const c of runnable) {
+        await load(c.url!, WARMUP_S, RATE);
+        const fixed = await load(c.url!, DURATION_S, RATE);
+        const max = await load(c.url!, MAX_DURATION_S, 0);
+        rounds.get(c.id)!.push({ fixed, max });
+        process.stdout.write(
+          `round ${round} ${c.id}: p50 ${(fixed.latency2xx.p50Us / 1000).toFixed(2)} ms, p99 ${(fixed.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(fixed.latency2xx.p999Us / 1000).toFixed(2)} ms, ${fixed.status429} × 429; max ${Math.round(max.requestsPerSec)} req/s\n`,
+        );
+      }
+    }
+
+    const rows = cases.map((c) => {
+      const list = rounds.get(c.id) ?? [];
+      const m = (pick: (r: CaseRound) => number) => (list.length === 0 ? Number.NaN : median(list.map(pick)));
+      return {
+        id: c.id,
+        label: c.label,
+        path: c.path,
+        missing: c.missing,
+        overLimit: c.overLimit === true,
+        p50Ms: m((r) => r.fixed.latency2xx.p50Us / 1000),
+        p99Ms: m((r) => r.fixed.latency2xx.p99Us / 1000),
+        p999Ms: m((r) => r.fixed.latency2xx.p999Us / 1000),
+        fixedRps: m((r) => r.fixed.requestsPerSec),
+        rejectedShare: m((r) => r.fixed.status429 / Math.max(1, r.fixed.requests)),
+        rejectedP50Ms: m((r) => r.fixed.latency429.p50Us / 1000),
+        rejectedP99Ms: m((r) => r.fixed.latency429.p99Us / 1000),
+        maxRps: m((r) => r.max.requestsPerSec),
+        maxP99Ms: m((r) => r.max.latency2xx.p99Us / 1000),
+        failures: list.reduce(
+          (sum, r) =>
+            sum +
+            r.fixed.errors +
+            r.fixed.timeouts +
+            r.fixed.statusOther +
+            r.max.errors +
+            r.max.timeouts +
+            r.max.statusOther,
+          0,
+        ),
+        rounds: list,
+      };
+    });
+    const row = (id: string) =>
+      rows.find((r) => r.id === id && r.missing === undefined && !Number.isNaN(r.p99Ms));
+    const ratios: { name: string; value: number | undefined; target: string; met: boolean | undefined }[] =
+      [];
+    const addedOver = (name: string, id: string, baseId: string) => {
+      const a = row(id);
+      const b = row(baseId);
+      const value = a && b ? a.p99Ms / b.p99Ms - 1 : undefined;
+      ratios.push({ name, value, target: '<= +5%', met: value === undefined ? undefined : value <= 0.05 });
+    };
+    const lowerThan = (name: string, id: string, redisId: string) => {
+      const a = row(id);
+      const b = row(redisId);
+      const value = a && b ? 1 - a.p999Ms / b.p999Ms : undefined;
+      ratios.push({
+        name,
+        value,
+        target: '>= 50% lower',
+        met: value === undefined ? undefined : value >= 0.5,
+      });
+    };
+    addedOver('p99 of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
+    addedOver(
+      'p99 of express + spillway global over bare express',
+      'express-spillway-global',
+      'express-bare',
+    );
+    lowerThan('p99.9 of proxy + global vs proxy + Redis', 'proxy-global', 'proxy-redis');
+    lowerThan(
+      'p99.9 of express + spillway global vs express + spillway Redis',
+      'express-spillway-global',
+      'express-spillway-redis',
+    );
+    lowerThan(
+      'p99.9 of express + spillway global vs express + RLF Redis',
+      'express-spillway-global',
+      'express-rlf-redis',
+    );
+    lowerThan('p99.9 of proxy + global vs express + RLF Redis', 'proxy-global', 'express-rlf-redis');
+
+    const version = (pkg: string) =>
+      (
+        JSON.parse(readFileSync(join(ROOT, 'node_modules', pkg, 'package.json'), 'utf8')) as {
+          version: string;
+        }
+      ).version;
+    const meta = {
+      date: new Date().toISOString(),
+      node: process.version,
+      platform: `${os.type()} ${os.release()} ${os.arch()}`,
+      cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+      loadAverageStart: loadAverageStart.map((v) => Math.round(v * 100) / 100),
+      loadAverageEnd: os.loadavg().map((v) => Math.round(v * 100) / 100),
+      express: version('express'),
+      autocannon: version('autocannon'),
+      rateLimiterFlexible: version('rate-limiter-flexible'),
+      command: COMMAND,
+      rounds: ROUNDS,
+      durationSec: DURATION_S,
+      maxDurationSec: MAX_DURATION_S,
+      warmupSec: WARMUP_S,
+      rateRps: RATE,
+      connections: CONNECTIONS,
+      overLimitRps: OVER_LIMIT_RPS,
+    };
+    mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
+    writeFileSync(
+      join(ROOT, 'bench/results/edge.json'),
+      `${JSON.stringify({ meta, rows, ratios }, null, 2)}\n`,
+    );
+
+    const n = (value: number, digits = 2) =>
+      Number.isNaN(value)
+        ? '—'
+        : value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
+    const pct = (value: number | undefined) =>
+      value === undefined ? '—' : `${value >= 0 ? '+' : ''}${(value * 100).toFixed(1)}%`;
+    const md = [
+      '# Edge latency: what a rate limit decision adds to an HTTP request',
+      '',
+      `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu} · load average ${meta.loadAverageStart.join(' / ')} at the start, ${meta.loadAverageEnd.join(' / ')} at the end · Express ${meta.express} · autocannon ${meta.autocannon} · rate-limiter-flexible ${meta.rateLimiterFlexible}`,
+      '',
+      `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
+      '',
+      `Every case forwards to the same upstream process (node:http, 200 "ok"). Load comes from autocannon in its own`,
+      `process, ${CONNECTIONS} keep-alive connections: per case a ${WARMUP_S} s warmup, a ${DURATION_S} s run at a fixed`,
+      `${n(RATE, 0)} requests/s (latency columns: below every case's capacity, so the figures are per-request cost rather than`,
+      `queueing) and a ${MAX_DURATION_S} s run at full speed (max req/s). Latency is each response's own time as autocannon`,
+      'measured it (request written to response read), kept exactly rather than in 1 ms buckets.',
+      'Every process shares the machine: the load generator, the case under test, the upstream and, where',
+      'used, Redis, the controller and the aggregator. Limits are far above the load except in the over-the-limit case.',
+      '',
+      '| case | p50 ms | p99 ms | p99.9 ms | max req/s | p99 ms at max | 429 share | failures |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|',
+      ...rows.map((r) =>
+        r.missing !== undefined
+          ? `| ${r.label} | missing: ${r.missing} | | | | | | |`
+          : `| ${r.label} | ${n(r.p50Ms)} | ${n(r.p99Ms)} | ${n(r.p999Ms)} | ${n(r.maxRps, 0)} | ${n(r.maxP99Ms)} | ${(r.rejectedShare * 100).toFixed(1)}% | ${r.failures} |`,
+      ),
+      '',
+      'Latency columns are for 2xx responses. Over the limit, the 429s:',
+      '',
+      ...rows
+        .filter((r) => r.overLimit && r.missing === undefined)
+        .map(
+          (r) =>
+            `- ${r.label}: ${(r.rejectedShare * 100).toFixed(1)}% rejected at ${n(RATE, 0)} req/s offered; 429 p50 ${n(r.rejectedP50Ms)} ms, p99 ${n(r.rejectedP99Ms)} ms.`,
+        ),
+      '',
+      '## Targets',
+      '',
+      '| comparison | measured | target | met |',
+      '|---|---:|---|---|',
+      ...ratios.map(
+        (r) =>
+          `| ${r.name} | ${pct(r.value)} | ${r.target} | ${r.met === undefined ? 'n/a' : r.met ? 'yes' : 'no'} |`,
+      ),
+      '',
+      '"+x%" for p99 is the global path\'s p99 over the bare path\'s, minus 1; "lower" for p99.9 is',
+      '1 − global p99.9 / Redis p99.9.',
+      '',
+      '## What each path does',
+      '',
+      '| case | path |',
+      '|---|---|',
+      ...rows.map((r) => `| ${r.label} | ${r.path} |`),
+      '',
+      `Forwarding in the Express cases: node:http request over a keep-alive agent of ${UPSTREAM_SOCKETS} sockets, response`,
+      'piped back (the proxy pools the same number of upstream connections). Global cases: one controller and one',
+      'zone aggregator (`spillway controller`, `spillway aggregator`, gRPC on loopback); the limiter reports every',
+      'second and decides each request in process. Redis cases: one private redis-server on loopback, the',
+      'recommended ioredis options (docs/redis-operations.md), every request keyed by client address (one hot key:',
+      `all load comes from 127.0.0.1), limits in a ${REDIS_WINDOW_SEC} s window.`,
+      '',
+      '"failures" counts connection errors, timeouts and responses other than 2xx and 429 over all rounds.',
+      '',
+    ].join('\n');
+    writeFileSync(join(ROOT, 'bench/results/edge.md'), md);
+    process.stdout.write(`\n${md}`);
+  } finally {
+    stopAll();
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+const role = process.argv[2];
+if (role === 'upstream') await runUpstream();
+else if (role === 'express') await runExpress(process.argv.slice(3));
+else if (role === 'loadgen') await runLoadgen(process.argv.slice(3));
+else await main();
