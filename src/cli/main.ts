@@ -30,6 +30,10 @@ export const subcommands: Record<string, Subcommand> = {
     summary: 'run a data-plane host offering synthetic load to the global limiter (tests, demos)',
     load: () => import('./host.js'),
   },
+  proxy: {
+    summary: 'run a sidecar reverse proxy that rate limits requests before forwarding them upstream',
+    load: () => import('./proxy.js'),
+  },
 };
 
 export function helpText(): string {

@@ -81,8 +81,7 @@ export function createClientAddressResolver(options: ClientAddressOptions = {}):
       field: 'trustedProxies',
     });
   }
-  const blockList = new BlockList();
-  for (const entry of trusted) addTrusted(blockList, entry);
+  const blockList = trustedBlockList(trusted);
   const anyTrusted = trusted.length > 0;
 
   const isTrusted = (address: ParsedAddress): boolean =>
@@ -106,6 +105,31 @@ export function createClientAddressResolver(options: ClientAddressOptions = {}):
     }
     return keyOf(client);
   };
+}
+
+/**
+ * `(address) => boolean`: whether a socket peer is one of `trustedProxies` (same syntax as
+ * `ClientAddressOptions.trustedProxies`). For code that must also decide whether to keep a peer's
+ * X-Forwarded-* fields, such as a proxy extending the chain. Never throws on the address.
+ */
+export function createTrustedProxyMatcher(trustedProxies: string[] = []): (address: string) => boolean {
+  if (!Array.isArray(trustedProxies)) {
+    throw new SpillwayError(ErrorCode.InvalidOption, 'trustedProxies must be an array of CIDRs', {
+      field: 'trustedProxies',
+    });
+  }
+  if (trustedProxies.length === 0) return () => false;
+  const blockList = trustedBlockList(trustedProxies);
+  return (address) => {
+    const parsed = parseAddress(address);
+    return parsed !== undefined && blockList.check(parsed.text, parsed.family === 4 ? 'ipv4' : 'ipv6');
+  };
+}
+
+function trustedBlockList(trusted: readonly unknown[]): BlockList {
+  const blockList = new BlockList();
+  for (const entry of trusted) addTrusted(blockList, entry);
+  return blockList;
 }
 
 function prefixOption(field: string, value: number | undefined, fallback: number, max: number): number {

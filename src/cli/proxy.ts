@@ -1,0 +1,224 @@
+import { readFile } from 'node:fs/promises';
+import { hostname } from 'node:os';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { createProxyBackend } from '../http/proxy/proxy-backend.js';
+import { createProxyMetrics } from '../http/proxy/proxy-metrics.js';
+import { startProxyServer } from '../http/proxy/proxy-server.js';
+import { type ProxyRules, parseProxyRules } from '../http/rules/proxy-rules.js';
+import { instrumentControlClient } from '../ops/instrument-control-client.js';
+import { addLimiterMetrics } from '../ops/limiter-metrics.js';
+import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
+import { createMetrics } from '../ops/metrics.js';
+import { startOpsServer } from '../ops/ops-server.js';
+import { createGrpcControlClient } from '../transport/grpc-control-client.js';
+import { type CommandSpec, numberFlag, parseHostPort, runCommand, stringFlag } from './command-line.js';
+import { watchFile } from './file-watcher.js';
+import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+
+export const spec: CommandSpec = {
+  name: 'proxy',
+  summary:
+    'Run a sidecar reverse proxy that decides every request against the buckets of a rules file ' +
+    '(local, Redis or global limiter) before forwarding it to the upstream, and answers 429 with ' +
+    'RateLimit headers when a bucket rejects.',
+  flags: {
+    config: {
+      type: 'string',
+      valueName: 'rules.yaml',
+      description: 'the rules file (upstream, backend, buckets; see docs/proxy.md)',
+      required: true,
+    },
+    listen: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'address clients connect to',
+      defaultText: '127.0.0.1:8080',
+    },
+    ops: {
+      type: 'string',
+      valueName: 'host:port',
+      description: 'address of /healthz and /metrics',
+      defaultText: '127.0.0.1:9095',
+    },
+    id: {
+      type: 'string',
+      valueName: 'id',
+      description: 'identity in logs, metrics and global-limiter reports',
+      defaultText: 'proxy-<hostname>-<pid>',
+    },
+    'drain-timeout-ms': {
+      type: 'string',
+      valueName: 'ms',
+      description: 'on SIGTERM, how long in-flight requests may take before their connections are cut',
+      defaultText: '10000',
+    },
+    'log-level': {
+      type: 'string',
+      valueName: 'level',
+      description: 'fatal|error|warn|info|debug|trace|silent',
+      defaultText: 'info',
+    },
+  },
+  notes: [
+    'The rules file is reloaded on SIGHUP and when it changes on disk; a file that fails to load keeps',
+    'the previous rules (logged, spillway_proxy_rules_reloads_total{result="error"}). Changes to',
+    'upstream.url, upstream.connections and backend need a restart.',
+    'Set SPILLWAY_AUTH_TOKEN to send a shared token with global-limiter reports.',
+    'Example: spillway proxy --config examples/proxy-rules.yaml --listen 0.0.0.0:8080',
+  ],
+};
+
+export function run(argv: string[]): Promise<number> {
+  return runCommand(spec, argv, async (values) => {
+    const configPath = stringFlag(values, 'config')!;
+    const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:8080');
+    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9095');
+    const id = stringFlag(values, 'id') ?? `proxy-${hostname()}-${process.pid}`;
+    const drainTimeoutMs = numberFlag(values, 'drain-timeout-ms', 10_000, { min: 0 });
+    const logger = createLogger({
+      component: 'proxy',
+      id,
+      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
+    });
+    let configText = await readRulesText(configPath);
+    let rules = parseProxyRules(configText, configPath);
+
+    // The proxy is a data-plane host of the global limiter; 'host' is the closest metrics component.
+    const metrics = createMetrics({ component: 'host', id });
+    const proxyMetrics = createProxyMetrics(metrics.registry);
+    const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
+    const controlClients =
+      rules.backend.kind === 'global'
+        ? rules.backend.aggregators.map((target) =>
+            instrumentControlClient(createGrpcControlClient(target, { authToken }), metrics),
+          )
+        : [];
+    const backend = createProxyBackend(rules.backend, { id, logger, controlClients });
+    if (backend.globalLimiter) addLimiterMetrics(metrics, backend.globalLimiter);
+    let proxy: Awaited<ReturnType<typeof startProxyServer>>;
+    try {
+      proxy = await startProxyServer({
+        rules,
+        backend,
+        host: listen.host,
+        port: listen.port,
+        metrics: proxyMetrics,
+        logger,
+      });
+    } catch (error) {
+      await backend.close();
+      for (const client of controlClients) client.close();
+      // A bucket the backend cannot build (e.g. a fractional limit for a window algorithm).
+      if (error instanceof SpillwayError && error.code !== ErrorCode.InvalidConfig) {
+        throw new SpillwayError(ErrorCode.InvalidConfig, `${configPath}: ${error.message}`, {
+          file: configPath,
+        });
+      }
+      throw error;
+    }
+    backend.start();
+    let lastReloadError: string | undefined;
+
+    /** Reloads one at a time; a change during a reload triggers one more after it. */
+    let reloading: Promise<void> | undefined;
+    let reloadAgain = false;
+    const reload = (trigger: 'SIGHUP' | 'file') => {
+      if (reloading) {
+        reloadAgain = true;
+        return;
+      }
+      reloading = (async () => {
+        try {
+          const text = await readRulesText(configPath);
+          // Editors fire several events per save; an unchanged file is not a reload.
+          if (trigger === 'file' && text === configText) return;
+          const next: ProxyRules = parseProxyRules(text, configPath);
+          if (!backend.accepts(next.backend)) {
+            logger.warn(
+              { file: configPath },
+              'proxy: backend changes apply after a restart; keeping the current backend',
+            );
+          }
+          proxy.setRules(next);
+          rules = next;
+          configText = text;
+          lastReloadError = undefined;
+          proxyMetrics.reload('ok');
+          logger.info({ trigger, file: configPath, buckets: rules.buckets.length }, 'rules reloaded');
+        } catch (error) {
+          lastReloadError = error instanceof Error ? error.message : String(error);
+          proxyMetrics.reload('error');
+          logger.error(
+            { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },
+            'rules reload failed; the previous rules stay in force',
+          );
+        } finally {
+          reloading = undefined;
+          if (reloadAgain) {
+            reloadAgain = false;
+            reload(trigger);
+          }
+        }
+      })();
+    };
+    const watcher = watchFile(configPath, () => reload('file'));
+
+    const opsServer = await startOpsServer({
+      host: ops.host,
+      port: ops.port,
+      registry: metrics.registry,
+      // Unhealthy while draining, so a load balancer stops sending before connections close.
+      health: () => {
+        const snapshot = backend.globalLimiter?.snapshot();
+        return {
+          ok: !proxy.draining,
+          draining: proxy.draining,
+          backend: backend.kind,
+          buckets: rules.buckets.length,
+          inFlight: proxy.inFlight,
+          lastReloadError: lastReloadError ?? null,
+          ...(snapshot
+            ? {
+                staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
+                consecutiveReportFailures: snapshot.reporter.consecutiveFailures,
+              }
+            : {}),
+        };
+      },
+    });
+    logListening(logger, {
+      proxy: proxy.address,
+      ops: opsServer.address,
+      upstream: rules.upstream.url,
+      backend: backend.kind,
+      buckets: rules.buckets.map((b) => b.config.name),
+    });
+
+    await waitForShutdown(logger, () => reload('SIGHUP'));
+    await shutdownWithin(logger, drainTimeoutMs + 10_000, async () => {
+      watcher.close();
+      const { forcedConnections } = await proxy.close({ drainTimeoutMs });
+      if (forcedConnections > 0) {
+        logger.warn({ forcedConnections, drainTimeoutMs }, 'drain timeout: connections cut');
+      }
+      await backend.close();
+      for (const client of controlClients) client.close();
+      await opsServer.close();
+      logger.info({}, 'stopped');
+    });
+    return 0;
+  });
+}
+
+async function readRulesText(path: string): Promise<string> {
+  try {
+    return await readFile(path, 'utf8');
+  } catch (error) {
+    throw new SpillwayError(
+      ErrorCode.InvalidConfig,
+      `${path}: cannot read rules file: ${(error as Error).message}`,
+      { file: path },
+      { cause: error },
+    );
+  }
+}

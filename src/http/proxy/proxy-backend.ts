@@ -1,0 +1,153 @@
+import { Redis } from 'ioredis';
+import type { GlobalLimiter, GlobalLimiterOptions } from '../../global/global-limiter.js';
+import { createGlobalLimiter } from '../../global/global-limiter.js';
+import type { GlobalLimiterLogger } from '../../global/reporter.js';
+import { createKeyedTokenBucket } from '../../local/keyed-token-bucket.js';
+import { createRedisFixedWindow } from '../../redis/redis-fixed-window.js';
+import type { RedisLimiter } from '../../redis/redis-limiter.js';
+import { ioredisAdapter } from '../../redis/redis-script-client.js';
+import { createRedisSlidingCounter } from '../../redis/redis-sliding-counter.js';
+import { createRedisSlidingLog } from '../../redis/redis-sliding-log.js';
+import { createRedisTokenBucket } from '../../redis/redis-token-bucket.js';
+import type { ControlClient } from '../../transport/control-transport.js';
+import { type EdgeLimiter, toEdgeLimiter } from '../limiter-adapter.js';
+import type { BackendConfig, ProxyBucket } from '../rules/proxy-rules.js';
+
+/**
+ * The limiters behind the proxy's buckets, built from the rules file's `backend`:
+ *
+ * - `local`: one keyed token bucket per bucket (capacity `limit`, refilled `limit / windowSec`
+ *   per second), in this process only.
+ * - `redis`: one Redis limiter per bucket (the algorithm chosen), prefix `<prefix>:<bucket name>`,
+ *   sharing one connection; faults decided by `failPolicy` within `timeoutMs`.
+ * - `global`: one GlobalLimiter for all buckets; the rendered key is the GRL bucket key, so the
+ *   controller's limits file decides the limit and mode (`limit`/`windowSec` only feed headers).
+ *
+ * `limiterFor` returns the same limiter for a bucket whose name, limit, window and cost bound are
+ * unchanged, so a reload keeps counts of unchanged buckets; a changed bucket starts fresh.
+ */
+export interface ProxyBackend {
+  readonly kind: BackendConfig['kind'];
+  limiterFor(bucket: ProxyBucket): EdgeLimiter;
+  /** The global limiter, for metrics and health (global backend only). */
+  readonly globalLimiter: GlobalLimiter | undefined;
+  /** Start background work (the global limiter's reports). */
+  start(): void;
+  /** Stop reports (sending a final one) and close connections. */
+  close(): Promise<void>;
+  /** Whether `config` can be served by this backend without a restart. */
+  accepts(config: BackendConfig): boolean;
+}
+
+export interface ProxyBackendOptions {
+  /** Reporter identity for the global backend. */
+  id: string;
+  logger?: GlobalLimiterLogger & { warn(obj: object, msg: string): void };
+  /** gRPC clients for the aggregators (global backend); built by the caller so it can instrument them. */
+  controlClients?: ControlClient[];
+  /** Extra options for the global limiter (tests inject a scheduler or a shorter interval). */
+  global?: Partial<GlobalLimiterOptions>;
+}
+
+export function createProxyBackend(config: BackendConfig, options: ProxyBackendOptions): ProxyBackend {
+  const cache = new Map<string, { signature: string; limiter: EdgeLimiter }>();
+  const cached = (bucket: ProxyBucket, build: () => EdgeLimiter): EdgeLimiter => {
+    const { name, limit, windowSec } = bucket.config;
+    const signature = `${limit}/${windowSec}`;
+    const entry = cache.get(name);
+    if (entry?.signature === signature) return entry.limiter;
+    const limiter = build();
+    cache.set(name, { signature, limiter });
+    return limiter;
+  };
+  const sameConfig = (other: BackendConfig) => JSON.stringify(other) === JSON.stringify(config);
+
+  switch (config.kind) {
+    case 'local':
+      return {
+        kind: 'local',
+        globalLimiter: undefined,
+        limiterFor: (bucket) =>
+          cached(bucket, () =>
+            toEdgeLimiter(
+              createKeyedTokenBucket({
+                capacity: bucket.config.limit,
+                refillPerSec: bucket.config.limit / bucket.config.windowSec,
+                maxKeys: config.maxKeys,
+              }),
+            ),
+          ),
+        start: () => {},
+        close: async () => {},
+        accepts: sameConfig,
+      };
+    case 'redis': {
+      // Fail fast while disconnected (no offline queue, no retries per command): the limiter's
+      // own timeout and fail policy decide, rather than requests piling up behind a dead Redis.
+      const redis = new Redis(config.url, {
+        enableOfflineQueue: false,
+        maxRetriesPerRequest: 0,
+        autoResendUnfulfilledCommands: false,
+      });
+      let lastErrorLogMs = 0;
+      redis.on('error', (error: Error) => {
+        const nowMs = Date.now();
+        if (nowMs - lastErrorLogMs < 10_000) return;
+        lastErrorLogMs = nowMs;
+        options.logger?.warn({ err: error.message }, 'proxy: Redis connection error');
+      });
+      const client = ioredisAdapter(redis);
+      const build = (bucket: ProxyBucket): RedisLimiter => {
+        const common = {
+          redis: client,
+          prefix: `${config.prefix}:${bucket.config.name}`,
+          timeoutMs: config.timeoutMs,
+          failPolicy: config.failPolicy,
+          logger: options.logger,
+        };
+        const { limit, windowSec } = bucket.config;
+        const windowMs = windowSec * 1000;
+        switch (config.algorithm) {
+          case 'fixed-window':
+            return createRedisFixedWindow({ ...common, limit, windowMs });
+          case 'sliding-log':
+            return createRedisSlidingLog({ ...common, limit, windowMs });
+          case 'sliding-counter':
+            return createRedisSlidingCounter({ ...common, limit, windowMs });
+          case 'token-bucket':
+            return createRedisTokenBucket({ ...common, capacity: limit, refillPerSec: limit / windowSec });
+        }
+      };
+      return {
+        kind: 'redis',
+        globalLimiter: undefined,
+        limiterFor: (bucket) => cached(bucket, () => toEdgeLimiter(build(bucket))),
+        start: () => {},
+        close: async () => {
+          redis.disconnect();
+        },
+        accepts: sameConfig,
+      };
+    }
+    case 'global': {
+      const limiter = createGlobalLimiter({
+        reporterId: options.id,
+        zone: config.zone,
+        region: config.region,
+        clients: options.controlClients ?? [],
+        intervalMs: config.intervalMs,
+        logger: options.logger,
+        ...options.global,
+      });
+      const edge = toEdgeLimiter(limiter);
+      return {
+        kind: 'global',
+        globalLimiter: limiter,
+        limiterFor: () => edge,
+        start: () => limiter.start(),
+        close: () => limiter.stop({ finalReport: true }),
+        accepts: sameConfig,
+      };
+    }
+  }
+}

@@ -1,0 +1,80 @@
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+
+/**
+ * What the proxy counts as it happens (a few increments per request). Bucket labels are rule names
+ * from the rules file, never rendered keys, so series stay bounded whatever clients send.
+ */
+export type ProxyOutcome =
+  /** Every enforced bucket allowed; forwarded and answered by the upstream. */
+  | 'forwarded'
+  /** An enforced bucket rejected: 429 from the proxy. */
+  | 'limited'
+  /** The upstream refused or reset the connection: 502. */
+  | 'upstream_error'
+  /** The upstream did not connect or send headers in time: 504. */
+  | 'upstream_timeout'
+  /** The client went away before the response was complete; the upstream request was aborted. */
+  | 'client_abort'
+  /** The request could not be forwarded as sent (bad target, CONNECT): 4xx from the proxy. */
+  | 'bad_request';
+
+/** One bucket decision: `would_drop` is a shadow bucket's rejection (admitted), `error` a limiter that threw (admitted). */
+export type DecisionResult = 'allowed' | 'rejected' | 'would_drop' | 'fail_open' | 'fail_closed' | 'error';
+
+export interface ProxyMetrics {
+  request(outcome: ProxyOutcome): void;
+  decision(bucket: string, result: DecisionResult): void;
+  upstreamHeadersSeconds(seconds: number): void;
+  inFlight(delta: number): void;
+  reload(result: 'ok' | 'error'): void;
+}
+
+const UPSTREAM_BUCKETS_S = [0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30];
+
+export function createProxyMetrics(registry: Registry): ProxyMetrics {
+  const requests = new Counter({
+    name: 'spillway_proxy_requests_total',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, client_abort, bad_request).',
+    labelNames: ['outcome'],
+    registers: [registry],
+  });
+  const decisions = new Counter({
+    name: 'spillway_proxy_decisions_total',
+    help: 'Bucket decisions by bucket (rule name) and result (allowed, rejected, would_drop, fail_open, fail_closed, error).',
+    labelNames: ['bucket', 'result'],
+    registers: [registry],
+  });
+  const upstream = new Histogram({
+    name: 'spillway_proxy_upstream_headers_seconds',
+    help: 'Time from sending a request upstream to its response headers (failures included).',
+    buckets: UPSTREAM_BUCKETS_S,
+    registers: [registry],
+  });
+  const inFlight = new Gauge({
+    name: 'spillway_proxy_in_flight_requests',
+    help: 'Requests (and upgraded connections) being served now.',
+    registers: [registry],
+  });
+  const reloads = new Counter({
+    name: 'spillway_proxy_rules_reloads_total',
+    help: 'Rules file reloads by result (ok, error: the previous rules stay in force).',
+    labelNames: ['result'],
+    registers: [registry],
+  });
+  return {
+    request: (outcome) => requests.inc({ outcome }),
+    decision: (bucket, result) => decisions.inc({ bucket, result }),
+    upstreamHeadersSeconds: (seconds) => upstream.observe(seconds),
+    inFlight: (delta) => inFlight.inc(delta),
+    reload: (result) => reloads.inc({ result }),
+  };
+}
+
+/** For embedding without Prometheus. */
+export const noProxyMetrics: ProxyMetrics = {
+  request: () => {},
+  decision: () => {},
+  upstreamHeadersSeconds: () => {},
+  inFlight: () => {},
+  reload: () => {},
+};

@@ -1,0 +1,614 @@
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { type Duplex, Readable } from 'node:stream';
+import { pipeline } from 'node:stream/promises';
+import { type Dispatcher, Pool } from 'undici';
+import type { Decision } from '../../core/decision.js';
+import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
+import type { EdgeLimiter } from '../limiter-adapter.js';
+import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';
+import { type MatchedBucket, matchBuckets } from '../rules/match-buckets.js';
+import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
+import { normalizeRequestPath } from '../rules/route-pattern.js';
+import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
+import type { ProxyBackend } from './proxy-backend.js';
+import {
+  type DecisionResult,
+  noProxyMetrics,
+  type ProxyMetrics,
+  type ProxyOutcome,
+} from './proxy-metrics.js';
+import { mergeRateLimitFields } from './rate-limit-merge.js';
+
+export interface ProxyLogger {
+  info(obj: object, msg: string): void;
+  warn(obj: object, msg: string): void;
+  error(obj: object, msg: string): void;
+}
+
+export interface ProxyServerOptions {
+  rules: ProxyRules;
+  backend: ProxyBackend;
+  /** Default 127.0.0.1. */
+  host?: string;
+  /** Default 0 (any free port; read `port`). */
+  port?: number;
+  metrics?: ProxyMetrics;
+  logger?: ProxyLogger;
+}
+
+export interface ProxyServer {
+  /** `host:port` actually bound. */
+  readonly address: string;
+  readonly port: number;
+  /** Requests and upgraded connections being served. */
+  readonly inFlight: number;
+  readonly draining: boolean;
+  /**
+   * Apply new rules to requests that arrive from now on (in-flight ones finish under the old).
+   * Throws (and changes nothing) when a bucket's limiter cannot be built. Upstream URL and pool
+   * size changes need a restart; timeouts and everything else apply.
+   */
+  setRules(rules: ProxyRules): void;
+  /**
+   * Graceful stop: refuse new connections, let in-flight requests finish, close idle keep-alive
+   * connections as they go idle. After `drainTimeoutMs`, remaining connections (and upgraded
+   * sockets) are cut. Resolves with how many connections had to be cut.
+   */
+  close(options?: { drainTimeoutMs?: number }): Promise<{ forcedConnections: number }>;
+}
+
+interface ActiveRules {
+  rules: ProxyRules;
+  limiters: Map<ProxyBucket, EdgeLimiter>;
+  resolveClient: (peer: string, forwardedFor: string | string[] | undefined) => string;
+  isTrustedPeer: (peer: string) => boolean;
+}
+
+interface BucketOutcome {
+  bucket: ProxyBucket;
+  decision: Decision | undefined;
+  result: DecisionResult;
+}
+
+interface Verdict {
+  allowed: boolean;
+  visible: { policy: RateLimitPolicy; decision: Decision }[];
+  rejectedBy: string[];
+}
+
+const LOG_INTERVAL_MS = 10_000;
+
+/**
+ * The sidecar reverse proxy: each request is decided against every matching bucket BEFORE it is
+ * forwarded; allowed requests stream to the upstream through a pooled undici client and the
+ * response streams back, with RateLimit fields added; rejected ones get a 429 from here.
+ * See docs/proxy.md.
+ */
+export async function startProxyServer(options: ProxyServerOptions): Promise<ProxyServer> {
+  const metrics = options.metrics ?? noProxyMetrics;
+  const logger = options.logger;
+  const backend = options.backend;
+  let active = activate(options.rules, backend);
+  const upstreamConfig = options.rules.upstream;
+  let upstream: UpstreamConfig = upstreamConfig;
+  const pool = new Pool(upstreamConfig.url, {
+    connections: upstreamConfig.connections,
+    connectTimeout: upstreamConfig.connectTimeoutMs || undefined,
+    headersTimeout: upstreamConfig.headersTimeoutMs,
+    bodyTimeout: upstreamConfig.bodyTimeoutMs,
+    keepAliveTimeout: 4_000,
+  });
+  let inFlight = 0;
+  let draining = false;
+  const upgraded = new Set<Duplex>();
+  let lastLimiterErrorLogMs = 0;
+
+  const server: Server = createServer({ keepAlive: true });
+  applyServerTimeouts(server, options.rules);
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => void serve(req, res, false));
+  // Decide before telling a client to send its body: a rejected upload is never transferred.
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => void serve(req, res, true));
+  server.on(
+    'upgrade',
+    (req: IncomingMessage, socket: Duplex, head: Buffer) => void serveUpgrade(req, socket, head),
+  );
+
+  function track(delta: number): void {
+    inFlight += delta;
+    metrics.inFlight(delta);
+  }
+
+  async function serve(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): Promise<void> {
+    track(1);
+    res.once('close', () => track(-1));
+    const rules = active;
+    try {
+      if (draining) res.setHeader('connection', 'close');
+      const target = requestTarget(req);
+      if (target === undefined || req.method === 'CONNECT') {
+        metrics.request('bad_request');
+        sendJson(res, req.method === 'CONNECT' ? 405 : 400, {
+          error: 'bad_request',
+          message:
+            req.method === 'CONNECT'
+              ? 'CONNECT is not supported by this reverse proxy'
+              : 'the request target must be an origin-form path',
+        });
+        return;
+      }
+      const verdictOrPromise = decide(rules, req);
+      const verdict = verdictOrPromise instanceof Promise ? await verdictOrPromise : verdictOrPromise;
+      const limitHeaders = rateLimitHeaders(verdict.visible);
+      if (!verdict.allowed) {
+        metrics.request('limited');
+        // A body we will not read: close the connection instead of draining megabytes.
+        if (hasBody(req) && !expectContinue) res.setHeader('connection', 'close');
+        const retryAfter = limitHeaders['Retry-After'] ?? '1';
+        sendJson(
+          res,
+          429,
+          {
+            error: 'rate_limited',
+            message: `rate limit exceeded: ${verdict.rejectedBy.join(', ')}`,
+            policies: verdict.rejectedBy,
+            retryAfterSeconds: Number(retryAfter),
+          },
+          limitHeaders,
+        );
+        return;
+      }
+      if (expectContinue) res.writeContinue();
+      await forward(req, res, rules, target, limitHeaders);
+    } catch (error) {
+      logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: request failed');
+      if (!res.headersSent) sendJson(res, 500, { error: 'internal_error', message: 'the proxy failed' });
+      else res.destroy();
+    }
+  }
+
+  function decide(rules: ActiveRules, req: IncomingMessage): Verdict | Promise<Verdict> {
+    const peer = req.socket.remoteAddress ?? '';
+    const matched = matchBuckets(rules.rules.buckets, {
+      method: req.method ?? 'GET',
+      path: normalizeRequestPath(req.url),
+      client: rules.resolveClient(peer, req.headers['x-forwarded-for']),
+      header: (name) => headerValue(req, name),
+    });
+    if (matched.length === 0) return { allowed: true, visible: [], rejectedBy: [] };
+    const outcomes: (BucketOutcome | Promise<BucketOutcome>)[] = [];
+    let pending = false;
+    for (const match of matched) {
+      const outcome = decideBucket(rules, match);
+      if (outcome instanceof Promise) pending = true;
+      outcomes.push(outcome);
+    }
+    if (!pending) return combine(outcomes as BucketOutcome[]);
+    return Promise.all(outcomes).then(combine);
+  }
+
+  /** One bucket; a limiter that throws admits (logged, counted as `error`): the proxy fails open. */
+  function decideBucket(rules: ActiveRules, match: MatchedBucket): BucketOutcome | Promise<BucketOutcome> {
+    const limiter = rules.limiters.get(match.bucket)!;
+    const cost = match.bucket.config.cost;
+    try {
+      if (limiter.kind === 'sync') return classify(match.bucket, limiter.limit(match.key, cost));
+      return limiter.limit(match.key, cost).then(
+        (decision) => classify(match.bucket, decision),
+        (error: unknown) => limiterFailed(match, error),
+      );
+    } catch (error) {
+      return limiterFailed(match, error);
+    }
+  }
+
+  function limiterFailed(match: MatchedBucket, error: unknown): BucketOutcome {
+    const nowMs = Date.now();
+    if (nowMs - lastLimiterErrorLogMs >= LOG_INTERVAL_MS) {
+      lastLimiterErrorLogMs = nowMs;
+      logger?.warn(
+        { bucket: match.bucket.config.name, err: error instanceof Error ? error.message : String(error) },
+        'proxy: limiter failed; request admitted',
+      );
+    }
+    metrics.decision(match.bucket.config.name, 'error');
+    return { bucket: match.bucket, decision: undefined, result: 'error' };
+  }
+
+  function classify(bucket: ProxyBucket, decision: Decision): BucketOutcome {
+    let result: DecisionResult;
+    if (decision.reason === 'fail-open') result = 'fail_open';
+    else if (decision.reason === 'fail-closed') result = bucket.shadow ? 'would_drop' : 'fail_closed';
+    else if (decision.reason === 'shadow' || (bucket.shadow && !decision.allowed)) result = 'would_drop';
+    else result = decision.allowed ? 'allowed' : 'rejected';
+    metrics.decision(bucket.config.name, result);
+    return { bucket, decision, result };
+  }
+
+  function combine(outcomes: BucketOutcome[]): Verdict {
+    const visible: Verdict['visible'] = [];
+    const rejectedBy: string[] = [];
+    for (const { bucket, decision, result } of outcomes) {
+      // Shadow buckets and undecided ones (limiter error, fail-open with no real count) stay invisible.
+      if (decision === undefined || bucket.shadow || result === 'fail_open') continue;
+      if (result === 'rejected' || result === 'fail_closed') rejectedBy.push(bucket.config.name);
+      visible.push({
+        policy: bucket.policy,
+        decision: result === 'would_drop' ? { ...decision, allowed: true } : decision,
+      });
+    }
+    return { allowed: rejectedBy.length === 0, visible, rejectedBy };
+  }
+
+  async function forward(
+    req: IncomingMessage,
+    res: ServerResponse,
+    rules: ActiveRules,
+    target: string,
+    limitHeaders: Record<string, string>,
+  ): Promise<void> {
+    const abort = new AbortController();
+    res.once('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    const peer = req.socket.remoteAddress;
+    const headers = upstreamRequestHeaders(req.headers, {
+      peerAddress: peer,
+      peerTrusted: peer !== undefined && rules.isTrustedPeer(peer),
+      protocol: 'http',
+      preserveHost: upstream.preserveHost,
+    });
+    const startedNs = process.hrtime.bigint();
+    let response: Awaited<ReturnType<Pool['request']>>;
+    try {
+      response = await pool.request({
+        path: target,
+        method: req.method as Dispatcher.HttpMethod,
+        headers,
+        // Through an iterator that does not destroy `req` when undici stops reading, so a failed
+        // upstream still leaves the client connection able to carry the 502.
+        body: hasBody(req)
+          ? Readable.from(req.iterator({ destroyOnReturn: false }), { objectMode: false })
+          : null,
+        signal: abort.signal,
+        headersTimeout: upstream.headersTimeoutMs,
+        bodyTimeout: upstream.bodyTimeoutMs,
+      });
+    } catch (error) {
+      metrics.upstreamHeadersSeconds(secondsSince(startedNs));
+      if (abort.signal.aborted || res.destroyed || req.destroyed) {
+        metrics.request('client_abort');
+        return;
+      }
+      const failure = describeUpstreamFailure(error, upstream);
+      metrics.request(failure.outcome);
+      if (!res.headersSent) {
+        res.setHeader('connection', 'close');
+        sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, limitHeaders);
+      }
+      return;
+    }
+    metrics.upstreamHeadersSeconds(secondsSince(startedNs));
+    const responseHeaders = clientResponseHeaders(response.headers);
+    if (limitHeaders['RateLimit-Policy'] !== undefined) {
+      const merged = mergeRateLimitFields(
+        { policy: limitHeaders['RateLimit-Policy'], limit: limitHeaders.RateLimit },
+        { policy: responseHeaders['ratelimit-policy'], limit: responseHeaders.ratelimit },
+      );
+      delete responseHeaders['ratelimit-policy'];
+      delete responseHeaders.ratelimit;
+      if (merged.policy !== undefined) responseHeaders['RateLimit-Policy'] = merged.policy;
+      if (merged.limit !== undefined) responseHeaders.RateLimit = merged.limit;
+    }
+    try {
+      res.writeHead(response.statusCode, responseHeaders);
+    } catch (error) {
+      // An upstream header Node refuses to send (invalid characters): a broken upstream reply.
+      response.body.destroy();
+      metrics.request('upstream_error');
+      sendJson(res, 502, {
+        error: 'upstream_error',
+        message: `invalid upstream response: ${(error as Error).message}`,
+      });
+      return;
+    }
+    try {
+      await pipeline(response.body, res);
+      metrics.request('forwarded');
+    } catch {
+      // The client left (pipeline destroyed the upstream body, which aborts that request) or the
+      // upstream body failed mid-way (pipeline destroyed `res`, so the client sees a cut response).
+      metrics.request(
+        res.writableFinished ? 'forwarded' : abort.signal.aborted ? 'client_abort' : 'upstream_error',
+      );
+    }
+  }
+
+  async function serveUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
+    track(1);
+    let released = false;
+    const release = () => {
+      if (released) return;
+      released = true;
+      track(-1);
+    };
+    socket.once('close', release);
+    socket.on('error', () => socket.destroy());
+    const rules = active;
+    try {
+      const target = requestTarget(req);
+      if (draining || target === undefined) {
+        metrics.request('bad_request');
+        writeRawResponse(socket, draining ? 503 : 400, {}, { error: draining ? 'draining' : 'bad_request' });
+        return;
+      }
+      const verdictOrPromise = decide(rules, req);
+      const verdict = verdictOrPromise instanceof Promise ? await verdictOrPromise : verdictOrPromise;
+      const limitHeaders = rateLimitHeaders(verdict.visible);
+      if (!verdict.allowed) {
+        metrics.request('limited');
+        writeRawResponse(socket, 429, limitHeaders, {
+          error: 'rate_limited',
+          message: `rate limit exceeded: ${verdict.rejectedBy.join(', ')}`,
+          policies: verdict.rejectedBy,
+        });
+        return;
+      }
+      const peer = req.socket.remoteAddress;
+      const headers = upstreamRequestHeaders(req.headers, {
+        peerAddress: peer,
+        peerTrusted: peer !== undefined && rules.isTrustedPeer(peer),
+        protocol: 'http',
+        preserveHost: upstream.preserveHost,
+      });
+      const abort = new AbortController();
+      socket.once('close', () => abort.abort());
+      let upgradedUpstream: Dispatcher.UpgradeData;
+      try {
+        upgradedUpstream = await pool.upgrade({
+          path: target,
+          method: req.method ?? 'GET',
+          headers,
+          protocol: headerValue(req, 'upgrade') ?? 'websocket',
+          signal: abort.signal,
+        });
+      } catch (error) {
+        if (abort.signal.aborted) {
+          metrics.request('client_abort');
+          return;
+        }
+        const failure = describeUpstreamFailure(error, upstream);
+        metrics.request(failure.outcome);
+        writeRawResponse(socket, failure.status, limitHeaders, {
+          error: failure.outcome,
+          message: failure.message,
+        });
+        return;
+      }
+      const upstreamSocket = upgradedUpstream.socket;
+      metrics.request('forwarded');
+      let handshake = 'HTTP/1.1 101 Switching Protocols\r\n';
+      for (const [name, value] of Object.entries(upgradedUpstream.headers)) {
+        if (value === undefined) continue;
+        for (const item of Array.isArray(value) ? value : [value]) handshake += `${name}: ${item}\r\n`;
+      }
+      for (const [name, value] of Object.entries(limitHeaders)) handshake += `${name}: ${value}\r\n`;
+      socket.write(`${handshake}\r\n`);
+      if (head.length > 0) upstreamSocket.write(head);
+      upgraded.add(socket);
+      upgraded.add(upstreamSocket);
+      const teardown = () => {
+        upgraded.delete(socket);
+        upgraded.delete(upstreamSocket);
+        socket.destroy();
+        upstreamSocket.destroy();
+      };
+      upstreamSocket.on('error', teardown);
+      upstreamSocket.on('close', teardown);
+      socket.on('close', teardown);
+      upstreamSocket.pipe(socket);
+      socket.pipe(upstreamSocket);
+    } catch (error) {
+      logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: upgrade failed');
+      socket.destroy();
+      release();
+    }
+  }
+
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(options.port ?? 0, options.host ?? '127.0.0.1', () => {
+      server.off('error', reject);
+      resolve();
+    });
+  });
+  const bound = server.address() as AddressInfo;
+  const address =
+    bound.family === 'IPv6' ? `[${bound.address}]:${bound.port}` : `${bound.address}:${bound.port}`;
+
+  return {
+    address,
+    port: bound.port,
+    get inFlight() {
+      return inFlight;
+    },
+    get draining() {
+      return draining;
+    },
+    setRules(rules) {
+      const next = activate(rules, backend);
+      if (rules.upstream.url !== upstream.url || rules.upstream.connections !== upstream.connections) {
+        logger?.warn(
+          { url: rules.upstream.url, connections: rules.upstream.connections },
+          'proxy: upstream url and connections apply after a restart; keeping the current ones',
+        );
+      }
+      upstream = { ...rules.upstream, url: upstream.url, connections: upstream.connections };
+      applyServerTimeouts(server, rules);
+      active = next;
+    },
+    async close({ drainTimeoutMs = 10_000 } = {}) {
+      draining = true;
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      // Keep-alive connections go idle as their last response completes; close each as it does.
+      const idleSweep = setInterval(() => server.closeIdleConnections(), 50);
+      let timer: NodeJS.Timeout | undefined;
+      const deadline = new Promise<'timeout'>((resolve) => {
+        timer = setTimeout(() => resolve('timeout'), drainTimeoutMs);
+      });
+      // Upgraded connections never finish on their own: give them the same deadline, then cut.
+      const finished = await Promise.race([
+        closed.then(() => (upgraded.size === 0 ? 'drained' : deadline)),
+        deadline,
+      ]);
+      clearInterval(idleSweep);
+      clearTimeout(timer);
+      let forcedConnections = 0;
+      if (finished === 'timeout') {
+        forcedConnections = countConnections(server) + upgraded.size / 2;
+        server.closeAllConnections();
+        for (const socket of upgraded) socket.destroy();
+        await closed;
+        await pool.destroy();
+      } else {
+        await pool.close();
+      }
+      return { forcedConnections: Math.ceil(forcedConnections) };
+    },
+  };
+}
+
+function activate(rules: ProxyRules, backend: ProxyBackend): ActiveRules {
+  const limiters = new Map<ProxyBucket, EdgeLimiter>();
+  for (const bucket of rules.buckets) limiters.set(bucket, backend.limiterFor(bucket));
+  return {
+    rules,
+    limiters,
+    resolveClient: createClientAddressResolver(rules.clientAddress),
+    isTrustedPeer: createTrustedProxyMatcher(rules.clientAddress.trustedProxies),
+  };
+}
+
+function applyServerTimeouts(server: Server, rules: ProxyRules): void {
+  server.keepAliveTimeout = rules.server.keepAliveTimeoutMs;
+  server.requestTimeout = rules.server.requestTimeoutMs;
+  server.headersTimeout = rules.server.headersTimeoutMs;
+}
+
+function countConnections(server: Server): number {
+  // `getConnections` is async and callback-based; the sockets the server still tracks suffice here.
+  const connections = (server as unknown as { _connections?: number })._connections;
+  return typeof connections === 'number' ? connections : 0;
+}
+
+/** The origin-form target to forward, or undefined for `*` and unparsable absolute forms. */
+function requestTarget(req: IncomingMessage): string | undefined {
+  const url = req.url;
+  if (url === undefined || url === '') return undefined;
+  if (url.startsWith('/')) return url;
+  try {
+    const parsed = new URL(url);
+    if (parsed.protocol !== 'http:' && parsed.protocol !== 'https:') return undefined;
+    return `${parsed.pathname}${parsed.search}`;
+  } catch {
+    return undefined;
+  }
+}
+
+function hasBody(req: IncomingMessage): boolean {
+  const length = req.headers['content-length'];
+  if (length !== undefined) return length !== '0';
+  return req.headers['transfer-encoding'] !== undefined;
+}
+
+function headerValue(req: IncomingMessage, name: string): string | undefined {
+  const value = req.headers[name];
+  if (value === undefined) return undefined;
+  return Array.isArray(value) ? value.join(', ') : value;
+}
+
+function secondsSince(startedNs: bigint): number {
+  return Number(process.hrtime.bigint() - startedNs) / 1e9;
+}
+
+function sendJson(
+  res: ServerResponse,
+  status: number,
+  body: Record<string, unknown>,
+  headers: Record<string, string> = {},
+): void {
+  const text = `${JSON.stringify(body)}\n`;
+  res.writeHead(status, {
+    ...headers,
+    'content-type': 'application/json; charset=utf-8',
+    'content-length': Buffer.byteLength(text),
+    'cache-control': 'no-store',
+  });
+  res.end(text);
+}
+
+const STATUS_TEXT: Record<number, string> = {
+  400: 'Bad Request',
+  429: 'Too Many Requests',
+  502: 'Bad Gateway',
+  503: 'Service Unavailable',
+  504: 'Gateway Timeout',
+};
+
+/** A whole HTTP/1.1 response on a socket that was handed over for an upgrade; closes it. */
+function writeRawResponse(
+  socket: Duplex,
+  status: number,
+  headers: Record<string, string>,
+  body: Record<string, unknown>,
+): void {
+  const text = `${JSON.stringify(body)}\n`;
+  let head = `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n`;
+  for (const [name, value] of Object.entries(headers)) head += `${name}: ${value}\r\n`;
+  head += `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n`;
+  head += 'connection: close\r\n\r\n';
+  socket.end(head + text);
+}
+
+interface UpstreamFailure {
+  status: 502 | 504;
+  outcome: Extract<ProxyOutcome, 'upstream_error' | 'upstream_timeout'>;
+  message: string;
+}
+
+/** undici and socket errors as the status a client should see and a message an operator can act on. */
+function describeUpstreamFailure(error: unknown, upstream: UpstreamConfig): UpstreamFailure {
+  const code = errorCode(error);
+  if (code === 'UND_ERR_HEADERS_TIMEOUT') {
+    return {
+      status: 504,
+      outcome: 'upstream_timeout',
+      message: `upstream sent no response headers within ${upstream.headersTimeoutMs} ms`,
+    };
+  }
+  if (code === 'UND_ERR_CONNECT_TIMEOUT' || code === 'ETIMEDOUT') {
+    return {
+      status: 504,
+      outcome: 'upstream_timeout',
+      message: `could not connect to the upstream within ${upstream.connectTimeoutMs} ms`,
+    };
+  }
+  const detail = code ?? (error instanceof Error ? error.message : String(error));
+  const what =
+    code === 'ECONNREFUSED'
+      ? 'upstream refused the connection'
+      : code === 'ECONNRESET' || code === 'UND_ERR_SOCKET' || code === 'EPIPE'
+        ? 'upstream closed the connection'
+        : 'upstream request failed';
+  return { status: 502, outcome: 'upstream_error', message: `${what} (${detail})` };
+}
+
+function errorCode(error: unknown): string | undefined {
+  let current: unknown = error;
+  for (let depth = 0; depth < 4 && current instanceof Error; depth++) {
+    const code = (current as { code?: unknown }).code;
+    if (typeof code === 'string' && code !== 'UND_ERR_CONNECT' && code !== 'UND_ERR') return code;
+    current = (current as { cause?: unknown }).cause;
+  }
+  return undefined;
+}

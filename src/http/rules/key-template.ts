@@ -1,0 +1,126 @@
+import { createHash } from 'node:crypto';
+
+/**
+ * Bucket key templates: `payments:caller={header:x-api-key}`, `search:client={client}`.
+ *
+ * | placeholder | value |
+ * |---|---|
+ * | `{client}` | the client address key from client-address.ts (`203.0.113.7`, `2001:db8:1:2::/64`) |
+ * | `{method}` | the request method, upper case |
+ * | `{route}` | the bucket's matched route pattern or prefix, as written in the rules |
+ * | `{param:id}` | a `:id` segment captured by the bucket's route pattern |
+ * | `{header:x-api-key}` | the header's value |
+ * | `{headerHash:x-api-key}` | the first 16 hex digits of the value's SHA-256: keeps secrets out of keys, logs and the controller |
+ *
+ * A value made of anything but `[A-Za-z0-9._~:@/+=-]`, or longer than 128 characters, is replaced by
+ * `h.` and its hash prefix, so a hostile header cannot inject separators or blow up key length. A
+ * missing value renders as `-`: every request without the header shares one bucket (omitting
+ * the header is never a way around the limit).
+ */
+export interface KeyContext {
+  client: string;
+  method: string;
+  route: string;
+  params: Record<string, string>;
+  header(name: string): string | undefined;
+}
+
+export interface KeyTemplate {
+  readonly source: string;
+  /** Header names (lower case) the template reads. */
+  readonly headers: readonly string[];
+  render(context: KeyContext): string;
+}
+
+const MISSING = '-';
+const MAX_VALUE_LENGTH = 128;
+const SAFE_VALUE = /^[A-Za-z0-9._~:@/+=-]+$/;
+const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
+
+type Part = string | ((context: KeyContext) => string);
+
+/** Throws a plain Error with a message suitable for a config issue. */
+export function compileKeyTemplate(source: string, paramNames: readonly string[]): KeyTemplate {
+  const parts: Part[] = [];
+  const headers: string[] = [];
+  let rest = source;
+  while (rest.length > 0) {
+    const open = rest.indexOf('{');
+    const close = rest.indexOf('}');
+    if (open === -1) {
+      if (close !== -1) throw new Error(`"${source}": unmatched "}"`);
+      parts.push(rest);
+      break;
+    }
+    if (close !== -1 && close < open) throw new Error(`"${source}": unmatched "}"`);
+    if (open > 0) parts.push(rest.slice(0, open));
+    const end = rest.indexOf('}', open);
+    if (end === -1) throw new Error(`"${source}": unmatched "{"`);
+    parts.push(placeholder(rest.slice(open + 1, end), source, paramNames, headers));
+    rest = rest.slice(end + 1);
+  }
+  if (parts.length === 0) throw new Error('key template is empty');
+  const literal = parts.every((part) => typeof part === 'string');
+  const constant = literal ? parts.join('') : undefined;
+  return {
+    source,
+    headers,
+    render(context) {
+      if (constant !== undefined) return constant;
+      let key = '';
+      for (const part of parts) key += typeof part === 'string' ? part : part(context);
+      return key;
+    },
+  };
+}
+
+function placeholder(body: string, source: string, paramNames: readonly string[], headers: string[]): Part {
+  const colon = body.indexOf(':');
+  const kind = colon === -1 ? body : body.slice(0, colon);
+  const argument = colon === -1 ? '' : body.slice(colon + 1);
+  const needsArgument = kind === 'param' || kind === 'header' || kind === 'headerHash';
+  if (needsArgument === (argument === '')) {
+    throw new Error(
+      `"${source}": bad placeholder {${body}} (use {client}, {method}, {route}, {param:name}, {header:name} or {headerHash:name})`,
+    );
+  }
+  switch (kind) {
+    case 'client':
+      return (context) => safeValue(context.client);
+    case 'method':
+      return (context) => safeValue(context.method);
+    case 'route':
+      return (context) => context.route;
+    case 'param':
+      if (!paramNames.includes(argument)) {
+        throw new Error(`"${source}": {param:${argument}} is not a parameter of the bucket's path pattern`);
+      }
+      return (context) => safeValue(context.params[argument]);
+    case 'header':
+    case 'headerHash': {
+      if (!HEADER_NAME.test(argument)) throw new Error(`"${source}": "${argument}" is not a header name`);
+      const name = argument.toLowerCase();
+      headers.push(name);
+      return kind === 'header'
+        ? (context) => safeValue(context.header(name))
+        : (context) => {
+            const value = context.header(name);
+            return value === undefined ? MISSING : hashPrefix(value);
+          };
+    }
+    default:
+      throw new Error(
+        `"${source}": unknown placeholder {${body}} (use {client}, {method}, {route}, {param:name}, {header:name} or {headerHash:name})`,
+      );
+  }
+}
+
+function safeValue(value: string | undefined): string {
+  if (value === undefined || value === '') return MISSING;
+  if (value.length <= MAX_VALUE_LENGTH && SAFE_VALUE.test(value)) return value;
+  return `h.${hashPrefix(value)}`;
+}
+
+function hashPrefix(value: string): string {
+  return createHash('sha256').update(value).digest('hex').slice(0, 16);
+}

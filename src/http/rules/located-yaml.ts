@@ -1,0 +1,225 @@
+import { isAlias, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, visit } from 'yaml';
+import type { z } from 'zod';
+import { formatConfigPath } from '../../config/limits-config.js';
+import { ErrorCode, SpillwayError } from '../../core/errors.js';
+
+/**
+ * YAML + zod with errors that point into the file: `rules.yaml:7:11: buckets[1].mode: ...`, the
+ * same shape src/config/limits-config.ts gives the limits file (its locating helpers are private
+ * to that module, so the pattern is repeated here for any schema).
+ */
+export interface LocatedIssue {
+  path: (string | number)[];
+  message: string;
+  /** Point at the key itself rather than its value (unknown fields). */
+  atKey?: boolean;
+  /** What the message names, when not the path itself (an unknown field names its parent). */
+  label?: string;
+}
+
+/**
+ * Parses `text` and validates it with `schema`, then `check` (rules the schema cannot express).
+ * Throws SpillwayError ERR_SPILLWAY_INVALID_CONFIG, message `file:line:col: <path>: <what>`,
+ * details `{ file, line, column, path }`.
+ */
+export function parseLocatedYaml<S extends z.ZodType, T>(
+  text: string,
+  fileName: string,
+  schema: S,
+  check: (value: z.output<S>) => { value: T } | { issue: LocatedIssue },
+): T {
+  const lineCounter = new LineCounter();
+  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
+  const yamlError = doc.errors[0];
+  if (yamlError) {
+    const { line, col } = lineCounter.linePos(yamlError.pos[0]);
+    const what = yamlError.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
+    throw locatedError(fileName, line, col, undefined, `YAML syntax error: ${what}`);
+  }
+  let unresolved: Node | undefined;
+  visit(doc, {
+    Alias(_key, node) {
+      if (!node.resolve(doc)) {
+        unresolved = node;
+        return visit.BREAK;
+      }
+      return undefined;
+    },
+  });
+  if (unresolved && isAlias(unresolved)) {
+    const { line, col } = lineCounter.linePos(unresolved.range?.[0] ?? 0);
+    throw locatedError(
+      fileName,
+      line,
+      col,
+      undefined,
+      `YAML error: alias *${unresolved.source} has no anchor`,
+    );
+  }
+  const input: unknown = doc.toJS();
+  const parsed = schema.safeParse(input);
+  let issue: LocatedIssue;
+  if (parsed.success) {
+    const checked = check(parsed.data);
+    if ('value' in checked) return checked.value;
+    issue = checked.issue;
+  } else {
+    issue = describeZodIssue(parsed.error.issues[0]!, input, schema);
+  }
+  const offset = locate(doc.contents, issue.path, issue.atKey === true);
+  const { line, col } = lineCounter.linePos(offset);
+  throw locatedError(
+    fileName,
+    line,
+    col,
+    issue.path,
+    `${issue.label ?? formatConfigPath(issue.path)}: ${issue.message}`,
+  );
+}
+
+function locatedError(
+  file: string,
+  line: number,
+  column: number,
+  path: (string | number)[] | undefined,
+  what: string,
+): SpillwayError {
+  return new SpillwayError(ErrorCode.InvalidConfig, `${file}:${line}:${column}: ${what}`, {
+    file,
+    line,
+    column,
+    path: path === undefined ? undefined : formatConfigPath(path),
+  });
+}
+
+function describeZodIssue(issue: z.core.$ZodIssue, input: unknown, schema: z.ZodType): LocatedIssue {
+  const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
+  const got = valueAt(input, path);
+  switch (issue.code) {
+    case 'unrecognized_keys': {
+      const field = issue.keys[0]!;
+      const allowed = allowedFields(schema, path);
+      return {
+        path: [...path, field],
+        atKey: true,
+        label: formatConfigPath(path),
+        message: `unknown field "${field}"${allowed ? ` (allowed: ${allowed.join(', ')})` : ''}`,
+      };
+    }
+    case 'invalid_type':
+      if (got === undefined) return { path, message: `is required (${expectedName(issue.expected)})` };
+      return { path, message: `expected ${expectedName(issue.expected)}, got ${describeValue(got)}` };
+    case 'invalid_value':
+      return {
+        path,
+        message: `must be ${issue.values.length === 1 ? '' : 'one of '}${issue.values
+          .map((v) => JSON.stringify(v))
+          .join(', ')}, got ${describeValue(got)}`,
+      };
+    case 'invalid_union':
+      if (issue.discriminator !== undefined) {
+        const options = (issue as { options?: unknown[] }).options ?? [];
+        const atDiscriminator = path[path.length - 1] === issue.discriminator;
+        return {
+          path: atDiscriminator ? path : [...path, issue.discriminator],
+          message: `must be one of ${options.map((v) => JSON.stringify(v)).join(', ')}, got ${describeValue(
+            atDiscriminator ? got : valueAt(got, [issue.discriminator]),
+          )}`,
+        };
+      }
+      return { path, message: issue.message };
+    case 'too_small':
+      return {
+        path,
+        message: `must be ${issue.inclusive === false ? '>' : '>='} ${String(issue.minimum)}, got ${describeValue(got)}`,
+      };
+    case 'too_big':
+      return {
+        path,
+        message: `must be ${issue.inclusive === false ? '<' : '<='} ${String(issue.maximum)}, got ${describeValue(got)}`,
+      };
+    default:
+      return { path, message: `${issue.message}, got ${describeValue(got)}` };
+  }
+}
+
+/** Field names of the object schema at `path`, for "unknown field" messages. */
+function allowedFields(schema: z.ZodType, path: (string | number)[]): string[] | undefined {
+  let current: unknown = schema;
+  for (const segment of path) {
+    current = unwrap(current);
+    const def = (current as { def?: { type?: string; shape?: Record<string, unknown>; element?: unknown } })
+      .def;
+    if (def?.type === 'array' && typeof segment === 'number') current = def.element;
+    else if (def?.type === 'object' && typeof segment === 'string') current = def.shape?.[segment];
+    else return undefined;
+  }
+  const def = (unwrap(current) as { def?: { type?: string; shape?: Record<string, unknown> } }).def;
+  return def?.type === 'object' && def.shape ? Object.keys(def.shape) : undefined;
+}
+
+/** Through optional/default/pipe wrappers to the schema that holds the shape. */
+function unwrap(schema: unknown): unknown {
+  let current = schema;
+  for (let i = 0; i < 10; i++) {
+    const def = (current as { def?: { type?: string; innerType?: unknown; in?: unknown } } | undefined)?.def;
+    if (!def) return current;
+    if (def.innerType !== undefined) current = def.innerType;
+    else if (def.type === 'pipe') current = def.in;
+    else return current;
+  }
+  return current;
+}
+
+function expectedName(expected: string): string {
+  if (expected === 'object') return 'a mapping';
+  if (expected === 'array') return 'a list';
+  return expected;
+}
+
+function valueAt(input: unknown, path: (string | number)[]): unknown {
+  let value = input;
+  for (const segment of path) {
+    if (value === null || typeof value !== 'object') return undefined;
+    value = (value as Record<string | number, unknown>)[segment];
+  }
+  return value;
+}
+
+function describeValue(value: unknown): string {
+  if (value === undefined) return 'nothing';
+  if (value === null) return 'null';
+  if (typeof value === 'string')
+    return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
+  if (Array.isArray(value)) return 'a list';
+  if (typeof value === 'object') return 'a mapping';
+  return String(value);
+}
+
+/** Offset of the node at `path`, or of the deepest existing ancestor. */
+function locate(root: Node | null, path: (string | number)[], atKey: boolean): number {
+  let node: Node | null = root;
+  let offset = node?.range?.[0] ?? 0;
+  for (const [i, segment] of path.entries()) {
+    if (isMap(node)) {
+      const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === String(segment));
+      if (!pair) break;
+      const isLast = i === path.length - 1;
+      if (isLast && atKey && isScalar(pair.key)) return pair.key.range?.[0] ?? offset;
+      const value = pair.value as Node | null;
+      if (!value?.range) {
+        offset = (pair.key as Node).range?.[0] ?? offset;
+        break;
+      }
+      node = value;
+    } else if (isSeq(node) && typeof segment === 'number') {
+      const item = node.items[segment] as Node | undefined;
+      if (!item?.range) break;
+      node = item;
+    } else {
+      break;
+    }
+    offset = node.range?.[0] ?? offset;
+  }
+  return offset;
+}

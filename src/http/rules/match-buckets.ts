@@ -1,0 +1,50 @@
+import type { ProxyBucket } from './proxy-rules.js';
+
+/** What bucket matching reads from a request. */
+export interface RequestFacts {
+  method: string;
+  /** From `normalizeRequestPath`. */
+  path: string;
+  /** From the client address resolver. */
+  client: string;
+  /** A header's value (lower-case name); repeated headers joined with `, `. */
+  header(name: string): string | undefined;
+}
+
+export interface MatchedBucket {
+  bucket: ProxyBucket;
+  key: string;
+}
+
+/**
+ * Every bucket whose `match` accepts the request, in rules-file order, each with its rendered key.
+ * A bucket with no `match` fields applies to every request.
+ */
+export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFacts): MatchedBucket[] {
+  const matched: MatchedBucket[] = [];
+  for (const bucket of buckets) {
+    if (bucket.methods !== undefined && !bucket.methods.has(request.method)) continue;
+    if (bucket.requiredHeader !== undefined && request.header(bucket.requiredHeader) === undefined) continue;
+    let params: Record<string, string> = {};
+    let route = '';
+    if (bucket.route !== undefined) {
+      const captured = bucket.route.match(request.path);
+      if (captured === undefined) continue;
+      params = captured;
+      route = bucket.route.source;
+    } else if (bucket.prefix !== undefined) {
+      const prefix = bucket.prefix;
+      if (prefix !== '' && request.path !== prefix && !request.path.startsWith(`${prefix}/`)) continue;
+      route = bucket.config.match.prefix ?? '';
+    }
+    const key = bucket.key.render({
+      client: request.client,
+      method: request.method,
+      route,
+      params,
+      header: request.header,
+    });
+    matched.push({ bucket, key });
+  }
+  return matched;
+}
