@@ -1,3 +1,4 @@
+import { systemClock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
 
 /**
@@ -67,8 +68,8 @@ export function retryAfterSeconds(retryAfterMs: number): number {
  *
  * - `RateLimit-Policy` lists every policy given.
  * - `RateLimit` lists each policy's remaining quota and reset: `r` is the decision's `remaining`
- *   capped at the policy's quota; `t` is the time until `resetAtMs` (measured against `nowMs`, the
- *   same epoch clock as the limiters) and, for a rejected decision, at least its Retry-After.
+ *   capped at the policy's quota; `t` is the time until `resetAtMs` (measured against `nowMs`, default
+ *   `systemClock.nowMs()`, the clock the local and global limiters read) and, for a rejected decision, at least its Retry-After.
  *   A decision with `limit: 0` carries no count (the global limiter before its first directive):
  *   its policy stays in `RateLimit-Policy` but it is left out of `RateLimit` rather than claim
  *   `r=0` while admitting.
@@ -80,7 +81,7 @@ export function retryAfterSeconds(retryAfterMs: number): number {
  */
 export function rateLimitHeaders(
   decisions: readonly { policy: RateLimitPolicy; decision: Decision }[],
-  nowMs: number = Date.now(),
+  nowMs: number = systemClock.nowMs(),
 ): Record<string, string> {
   const headers: Record<string, string> = {};
   if (decisions.length === 0) return headers;

@@ -1,0 +1,125 @@
+import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { Registry } from 'prom-client';
+import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
+import { createProxyMetrics } from '../../src/http/proxy/proxy-metrics.js';
+import { type ProxyServer, startProxyServer } from '../../src/http/proxy/proxy-server.js';
+import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+
+/** An upstream on port 0 whose handler a test sets; records every request it saw. */
+export interface Upstream {
+  server: Server;
+  url: string;
+  port: number;
+  seen: IncomingMessage[];
+  handler: (req: IncomingMessage, res: ServerResponse) => void;
+  close(): Promise<void>;
+}
+
+export async function startUpstream(
+  handler: (req: IncomingMessage, res: ServerResponse) => void = (_req, res) => res.end('ok'),
+): Promise<Upstream> {
+  const upstream: Upstream = {
+    server: createServer((req, res) => {
+      upstream.seen.push(req);
+      upstream.handler(req, res);
+    }),
+    url: '',
+    port: 0,
+    seen: [],
+    handler,
+    close: async () => {
+      upstream.server.closeAllConnections();
+      await new Promise<void>((resolve) => upstream.server.close(() => resolve()));
+    },
+  };
+  await new Promise<void>((resolve) => upstream.server.listen(0, '127.0.0.1', resolve));
+  upstream.port = (upstream.server.address() as AddressInfo).port;
+  upstream.url = `http://127.0.0.1:${upstream.port}`;
+  return upstream;
+}
+
+export interface TestProxy {
+  proxy: ProxyServer;
+  base: string;
+  registry: Registry;
+  close(): Promise<void>;
+}
+
+/** A proxy in this process with a local backend, from a rules file body (upstream filled in). */
+export async function startTestProxy(upstreamUrl: string, rulesBody: string): Promise<TestProxy> {
+  const rules = parseProxyRules(
+    `version: 1\nupstream:\n  url: ${upstreamUrl}\n${rulesBody}`,
+    'test-rules.yaml',
+  );
+  const registry = new Registry();
+  const backend = createProxyBackend(rules.backend, { id: 'test-proxy' });
+  const proxy = await startProxyServer({ rules, backend, metrics: createProxyMetrics(registry) });
+  return {
+    proxy,
+    base: `http://${proxy.address}`,
+    registry,
+    close: async () => {
+      await proxy.close({ drainTimeoutMs: 1_000 });
+      await backend.close();
+    },
+  };
+}
+
+export interface SimpleResponse {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  body: string;
+}
+
+/** One request on a fresh connection (no pooling between test requests). */
+export function send(
+  url: string,
+  options: { method?: string; headers?: Record<string, string>; body?: string } = {},
+): Promise<SimpleResponse> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: options.method ?? 'GET', headers: options.headers, agent: false },
+      (res) => {
+        const chunks: Buffer[] = [];
+        res.on('data', (chunk: Buffer) => chunks.push(chunk));
+        res.on('end', () =>
+          resolve({
+            status: res.statusCode ?? 0,
+            headers: res.headers,
+            body: Buffer.concat(chunks).toString('utf8'),
+          }),
+        );
+        res.on('error', reject);
+      },
+    );
+    req.on('error', reject);
+    req.end(options.body);
+  });
+}
+
+export async function metricValue(
+  registry: Registry,
+  name: string,
+  labels: Record<string, string>,
+): Promise<number> {
+  const metric = await registry.getSingleMetric(name)?.get();
+  const sample = metric?.values.find((v) =>
+    Object.entries(labels).every(([k, value]) => v.labels[k] === value),
+  );
+  return sample?.value ?? 0;
+}
+
+/** Polls until `check` is true or the deadline passes. */
+export async function until(
+  what: string,
+  check: () => boolean | Promise<boolean>,
+  timeoutMs = 10_000,
+): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!(await check())) {
+    if (Date.now() > deadline) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((resolve) => setTimeout(resolve, 20));
+  }
+}

@@ -1,0 +1,365 @@
+import assert from 'node:assert/strict';
+import { request } from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { createServer as createNetServer } from 'node:net';
+import { after, describe, it } from 'node:test';
+import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import {
+  metricValue,
+  send,
+  startTestProxy,
+  startUpstream,
+  type TestProxy,
+  type Upstream,
+  until,
+} from './proxy-harness.js';
+
+const cleanups: (() => Promise<void>)[] = [];
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+async function setup(
+  rulesBody: string,
+  upstream?: Upstream,
+): Promise<{ upstream: Upstream; proxy: TestProxy }> {
+  const up = upstream ?? (await startUpstream());
+  const proxy = await startTestProxy(up.url, rulesBody);
+  cleanups.push(proxy.close, up.close);
+  return { upstream: up, proxy };
+}
+
+const LOCAL = 'backend:\n  kind: local\n';
+
+describe('spillway proxy: limiting', () => {
+  it('forwards allowed requests with exact RateLimit fields and answers 429 past the limit', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: api
+    limit: 2
+    windowSec: 60
+`);
+    const first = await send(`${proxy.base}/v1/thing`);
+    assert.equal(first.status, 200);
+    assert.equal(first.body, 'ok');
+    assert.equal(first.headers['ratelimit-policy'], '"api";q=2;w=60');
+    assert.equal(first.headers.ratelimit, '"api";r=1;t=30');
+    assert.equal(first.headers['retry-after'], undefined);
+    const second = await send(`${proxy.base}/v1/thing`);
+    assert.equal(second.headers.ratelimit, '"api";r=0;t=60');
+    const limited = await send(`${proxy.base}/v1/thing`);
+    assert.equal(limited.status, 429);
+    assert.equal(limited.headers['retry-after'], '30');
+    assert.equal(limited.headers['ratelimit-policy'], '"api";q=2;w=60');
+    assert.equal(limited.headers.ratelimit, '"api";r=0;t=60');
+    assert.equal(limited.headers['content-type'], 'application/json; charset=utf-8');
+    assert.deepEqual(JSON.parse(limited.body), {
+      error: 'rate_limited',
+      message: 'rate limit exceeded: api',
+      policies: ['api'],
+      retryAfterSeconds: 30,
+    });
+    assert.equal(upstream.seen.length, 2, 'the rejected request never reached the upstream');
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'limited' }),
+      1,
+    );
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'forwarded' }),
+      2,
+    );
+  });
+
+  it('decides every matching bucket: all must allow, each is charged, the rejecting one is named', async () => {
+    const { proxy } = await setup(`${LOCAL}buckets:
+  - name: per-caller
+    key: "caller={header:x-api-key}"
+    limit: 2
+    windowSec: 10
+    match: { prefix: /v1 }
+  - name: payments
+    limit: 3
+    windowSec: 10
+    match: { path: /v1/payments/:id, methods: [POST] }
+  - name: other
+    limit: 1
+    windowSec: 10
+    match: { prefix: /v2 }
+`);
+    const post = (key: string) =>
+      send(`${proxy.base}/v1/payments/42`, { method: 'POST', headers: { 'x-api-key': key } });
+    const a1 = await post('a');
+    assert.equal(a1.status, 200);
+    assert.equal(a1.headers['ratelimit-policy'], '"per-caller";q=2;w=10, "payments";q=3;w=10');
+    assert.equal(a1.headers.ratelimit, '"per-caller";r=1;t=5, "payments";r=2;t=4');
+    assert.equal((await post('a')).status, 200);
+    const a3 = await post('a');
+    assert.equal(a3.status, 429, 'caller a is out');
+    assert.deepEqual(JSON.parse(a3.body).policies, ['per-caller']);
+    // The rejected request still spent one unit of "payments" (all matching buckets are charged).
+    const b1 = await post('b');
+    assert.equal(b1.status, 429, 'payments is out: 3 units spent by a1, a2 and the rejected a3');
+    assert.deepEqual(JSON.parse(b1.body).policies, ['payments']);
+    // GET does not match "payments"; another caller key has its own per-caller bucket.
+    const get = await send(`${proxy.base}/v1/payments/42`, { headers: { 'x-api-key': 'c' } });
+    assert.equal(get.status, 200);
+    assert.equal(get.headers['ratelimit-policy'], '"per-caller";q=2;w=10');
+    // Path normalization: a differently spelled path is the same route.
+    const spelled = await send(`${proxy.base}//v1/./x/../%70ayments/42/`, {
+      method: 'POST',
+      headers: { 'x-api-key': 'd' },
+    });
+    assert.equal(spelled.status, 429);
+    assert.deepEqual(JSON.parse(spelled.body).policies, ['payments']);
+    const none = await send(`${proxy.base}/elsewhere`);
+    assert.equal(none.status, 200);
+    assert.equal(none.headers['ratelimit-policy'], undefined, 'no bucket matched, no fields');
+  });
+
+  it('shadow buckets add nothing visible but count would-drops', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: watch
+    limit: 1
+    windowSec: 60
+    mode: shadow
+`);
+    for (let i = 0; i < 4; i++) {
+      const response = await send(`${proxy.base}/`);
+      assert.equal(response.status, 200);
+      assert.equal(response.headers['ratelimit-policy'], undefined);
+      assert.equal(response.headers.ratelimit, undefined);
+    }
+    assert.equal(upstream.seen.length, 4);
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_decisions_total', {
+        bucket: 'watch',
+        result: 'would_drop',
+      }),
+      3,
+    );
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_decisions_total', {
+        bucket: 'watch',
+        result: 'allowed',
+      }),
+      1,
+    );
+  });
+
+  it('never loosens an upstream RateLimit field: the stricter member wins, other members are kept', async () => {
+    const upstream = await startUpstream((req, res) => {
+      res.setHeader('RateLimit-Policy', '"api";q=10;w=60, "daily";q=1000;w=86400');
+      res.setHeader(
+        'RateLimit',
+        req.url === '/strict' ? '"api";r=0;t=50, "daily";r=7;t=3600' : '"api";r=9;t=50',
+      );
+      res.end('ok');
+    });
+    const { proxy } = await setup(
+      `${LOCAL}buckets:\n  - name: api\n    limit: 5\n    windowSec: 60\n`,
+      upstream,
+    );
+    const loose = await send(`${proxy.base}/loose`);
+    assert.equal(loose.headers['ratelimit-policy'], '"api";q=5;w=60, "daily";q=1000;w=86400');
+    assert.equal(loose.headers.ratelimit, '"api";r=4;t=12');
+    const strict = await send(`${proxy.base}/strict`);
+    assert.equal(strict.headers['ratelimit-policy'], '"api";q=10;w=60, "daily";q=1000;w=86400');
+    assert.equal(strict.headers.ratelimit, '"api";r=0;t=50, "daily";r=7;t=3600');
+  });
+
+  it('a new rules set changes behaviour for the next request', async () => {
+    const { upstream, proxy } = await setup(
+      `${LOCAL}buckets:\n  - name: api\n    limit: 1\n    windowSec: 60\n`,
+    );
+    assert.equal((await send(`${proxy.base}/`)).status, 200);
+    assert.equal((await send(`${proxy.base}/`)).status, 429);
+    proxy.proxy.setRules(
+      parseProxyRules(
+        `version: 1\nupstream:\n  url: ${upstream.url}\n${LOCAL}buckets:\n  - name: api\n    limit: 100\n    windowSec: 60\n`,
+      ),
+    );
+    const after = await send(`${proxy.base}/`);
+    assert.equal(after.status, 200);
+    assert.equal(after.headers['ratelimit-policy'], '"api";q=100;w=60');
+  });
+});
+
+describe('spillway proxy: forwarding', () => {
+  it('strips hop-by-hop fields both ways and sets X-Forwarded-*', async () => {
+    const upstream = await startUpstream((_req, res) => {
+      res.setHeader('Connection', 'x-upstream-hop');
+      res.setHeader('X-Upstream-Hop', 'secret');
+      res.setHeader('Keep-Alive', 'timeout=99');
+      res.setHeader('X-Kept', 'yes');
+      res.end('ok');
+    });
+    const { proxy } = await setup(`${LOCAL}buckets: []\n`, upstream);
+    const response = await send(`${proxy.base}/path?q=1`, {
+      headers: {
+        Connection: 'x-client-hop',
+        'X-Client-Hop': 'secret',
+        TE: 'trailers',
+        'Proxy-Authorization': 'Basic abc',
+        'X-Forwarded-For': '6.6.6.6',
+        'X-End-To-End': 'kept',
+      },
+    });
+    assert.equal(response.status, 200);
+    assert.equal(response.headers['x-upstream-hop'], undefined);
+    assert.equal(response.headers['x-kept'], 'yes');
+    assert.notEqual(response.headers['keep-alive'], 'timeout=99');
+    const seen = upstream.seen[0]!;
+    assert.equal(seen.url, '/path?q=1');
+    assert.equal(seen.headers['x-client-hop'], undefined);
+    assert.equal(seen.headers.te, undefined);
+    assert.equal(seen.headers['proxy-authorization'], undefined);
+    assert.equal(seen.headers['x-end-to-end'], 'kept');
+    assert.equal(seen.headers['x-forwarded-for'], '127.0.0.1', 'an untrusted peer cannot extend the chain');
+    assert.equal(seen.headers['x-forwarded-proto'], 'http');
+    assert.equal(seen.headers['x-forwarded-host'], proxy.proxy.address);
+  });
+
+  it('streams 50 MB both ways without buffering: echoed bytes arrive before the upload ends', async () => {
+    const upstream = await startUpstream((req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      req.pipe(res);
+    });
+    const { proxy } = await setup(`${LOCAL}buckets: []\n`, upstream);
+    const totalBytes = 50 * 1024 * 1024;
+    const chunk = Buffer.alloc(256 * 1024, 7);
+    let received = 0;
+    let firstByteAtSent = -1;
+    let sent = 0;
+    const memory = () => process.memoryUsage().heapUsed + process.memoryUsage().arrayBuffers;
+    const heapBefore = memory();
+    let peakHeap = heapBefore;
+    const done = new Promise<void>((resolve, reject) => {
+      const req = request(`${proxy.base}/echo`, { method: 'POST', agent: false }, (res) => {
+        res.on('data', (data: Buffer) => {
+          if (received === 0) firstByteAtSent = sent;
+          received += data.length;
+          peakHeap = Math.max(peakHeap, memory());
+        });
+        res.on('end', () => resolve());
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      const write = () => {
+        while (sent < totalBytes) {
+          sent += chunk.length;
+          if (!req.write(chunk)) {
+            req.once('drain', write);
+            return;
+          }
+        }
+        req.end();
+      };
+      write();
+    });
+    await done;
+    assert.equal(received, totalBytes);
+    assert.ok(
+      firstByteAtSent >= 0 && firstByteAtSent < totalBytes,
+      `first echoed byte after ${firstByteAtSent} bytes sent`,
+    );
+    // Diagnostic only: GC timing makes heap figures too noisy to assert on.
+    const growthMb = (peakHeap - heapBefore) / 1024 / 1024;
+    process.stdout.write(
+      `# 50 MB echo: first byte after ${(firstByteAtSent / 1048576).toFixed(1)} MB sent; peak heap+buffers growth ${growthMb.toFixed(1)} MB\n`,
+    );
+  });
+
+  it('answers 502 with a clear body when the upstream refuses connections', async () => {
+    const closed = createNetServer();
+    await new Promise<void>((resolve) => closed.listen(0, '127.0.0.1', resolve));
+    const port = (closed.address() as AddressInfo).port;
+    await new Promise<void>((resolve) => closed.close(() => resolve()));
+    const proxy = await startTestProxy(`http://127.0.0.1:${port}`, `${LOCAL}buckets: []\n`);
+    cleanups.push(proxy.close);
+    const response = await send(`${proxy.base}/`, { method: 'POST', body: 'payload' });
+    assert.equal(response.status, 502);
+    const body = JSON.parse(response.body) as { error: string; message: string };
+    assert.equal(body.error, 'upstream_error');
+    assert.match(body.message, /refused the connection \(ECONNREFUSED\)/);
+  });
+
+  it('answers 504 when the upstream sends no headers within headersTimeoutMs', async () => {
+    const upstream = await startUpstream(() => {
+      // never answers
+    });
+    const proxy = await startTestProxy(`${upstream.url}\n  headersTimeoutMs: 300`, `${LOCAL}buckets: []\n`);
+    cleanups.push(proxy.close, upstream.close);
+    const response = await send(`${proxy.base}/slow`);
+    assert.equal(response.status, 504);
+    assert.deepEqual(JSON.parse(response.body), {
+      error: 'upstream_timeout',
+      message: 'upstream sent no response headers within 300 ms',
+    });
+  });
+
+  it('a client that goes away aborts the upstream request', async () => {
+    let upstreamClosedEarly = false;
+    const upstream = await startUpstream((_req, res) => {
+      res.on('close', () => {
+        upstreamClosedEarly = !res.writableFinished;
+      });
+    });
+    const { proxy } = await setup(`${LOCAL}buckets: []\n`, upstream);
+    const req = request(`${proxy.base}/hang`, { agent: false });
+    req.on('error', () => {});
+    req.end();
+    await until('the upstream has the request', () => upstream.seen.length === 1);
+    req.destroy();
+    await until('the upstream request is aborted', () => upstreamClosedEarly);
+    await until(
+      'counted as client_abort',
+      async () =>
+        (await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'client_abort' })) ===
+        1,
+    );
+  });
+
+  it('passes an upgrade through after the limiter allows it, and refuses it with 429 when not', async () => {
+    const upstream = await startUpstream();
+    upstream.server.on('upgrade', (req, socket) => {
+      socket.write(
+        `HTTP/1.1 101 Switching Protocols\r\nUpgrade: ${req.headers.upgrade}\r\nConnection: Upgrade\r\nX-Echo: on\r\n\r\n`,
+      );
+      socket.pipe(socket);
+    });
+    const { proxy } = await setup(
+      `${LOCAL}buckets:\n  - name: ws\n    limit: 1\n    windowSec: 60\n`,
+      upstream,
+    );
+    const open = () =>
+      new Promise<{ status: number; socket?: import('node:net').Socket; headers: Record<string, unknown> }>(
+        (resolve, reject) => {
+          const req = request(`${proxy.base}/socket`, {
+            agent: false,
+            headers: { Connection: 'Upgrade', Upgrade: 'websocket' },
+          });
+          req.on('upgrade', (res, socket) =>
+            resolve({ status: res.statusCode ?? 0, socket, headers: res.headers }),
+          );
+          req.on('response', (res) => {
+            res.resume();
+            resolve({ status: res.statusCode ?? 0, headers: res.headers });
+          });
+          req.on('error', reject);
+          req.end();
+        },
+      );
+    const first = await open();
+    assert.equal(first.status, 101);
+    assert.equal(first.headers['x-echo'], 'on');
+    assert.equal(first.headers.ratelimit, '"ws";r=0;t=60');
+    const echoed = new Promise<string>((resolve) =>
+      first.socket!.once('data', (data: Buffer) => resolve(data.toString())),
+    );
+    first.socket!.write('ping');
+    assert.equal(await echoed, 'ping');
+    first.socket!.destroy();
+    const second = await open();
+    assert.equal(second.status, 429);
+    assert.equal(second.headers['retry-after'], '60');
+  });
+});
