@@ -513,7 +513,7 @@ async function main(): Promise<void> {
           id,
           spillwayArgs([
             'proxy',
-            '--rules',
+            '--config',
             rulesPath,
             '--listen',
             '127.0.0.1:0',
@@ -768,7 +768,7 @@ async function main(): Promise<void> {
         .filter((r) => r.overLimit && r.missing === undefined)
         .map(
           (r) =>
-            `- ${r.label}: ${(r.rejectedShare * 100).toFixed(1)}% rejected at ${n(RATE, 0)} req/s offered; 429 p50 ${n(r.rejectedP50Ms)} ms, p99 ${n(r.rejectedP99Ms)} ms.`,
+            `- ${r.label}: ${n(r.fixedRps, 0)} req/s offered, ${(r.rejectedShare * 100).toFixed(1)}% rejected, so ${n(r.fixedRps * (1 - r.rejectedShare), 0)} req/s admitted against a limit of ${n(OVER_LIMIT_RPS, 0)} (the loop converges within a few report intervals of the warmup); 429 p50 ${n(r.rejectedP50Ms)} ms, p99 ${n(r.rejectedP99Ms)} ms.`,
         ),
       '',
       '## Targets',
