@@ -15,6 +15,7 @@ import {
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { RecentSequences } from './recent-sequences.js';
+import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { DEFAULT_MAX_WINDOW_MS, type ReportLimits, validateReport } from './validate-report.js';
 
 export interface AggregatorOptions {
@@ -25,6 +26,20 @@ export interface AggregatorOptions {
   region?: string;
   /** Parents in failover order; the first healthy one gets each forward. The caller owns (closes) them. */
   parents: ControlClient[];
+  /**
+   * `failover` (default): each forward goes to the first healthy parent. `fanout`: each forward goes
+   * to every parent at once (controller replicas side by side); every reply's directives are applied
+   * and per bucket the newest (epoch, version) wins while fresh, so the replica started last leads
+   * and the other takes over when the leader's directives reach their TTL.
+   */
+  parentMode?: 'failover' | 'fanout';
+  /**
+   * Zones this aggregator takes reports from; a report claiming another zone is refused
+   * (ERR_SPILLWAY_INVALID_REPORT, field `zone`) before it touches any state. Default: any zone.
+   */
+  acceptZones?: readonly string[];
+  /** Bounds one host's say in a bucket's zone sum (see reporter-cap.ts). Default: none. */
+  reporterCap?: ReporterCap;
   /** Forward period until a parent's reply sets another. Default 1000 ms. */
   intervalMs?: number;
   /** Per attempt. Default half the interval. */
@@ -94,6 +109,8 @@ export interface AggregatorCounters {
   staleDirectives: number;
   bucketsOverCapacity: number;
   expiredHosts: number;
+  /** Host usages scaled down by `reporterCap` (one per host, bucket and forward). */
+  clippedUsages: number;
 }
 
 export interface AggregatorSnapshot {
@@ -186,6 +203,15 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   const maxBuckets = options.maxBuckets ?? 100_000;
   const reportLimits = options.reportLimits ?? {};
   const configuredIntervalMs = options.intervalMs ?? 1000;
+  const fanout = options.parentMode === 'fanout';
+  if (options.parentMode !== undefined && options.parentMode !== 'failover' && !fanout) {
+    throw new SpillwayError(ErrorCode.InvalidOption, "parentMode must be 'failover' or 'fanout'", {
+      field: 'parentMode',
+    });
+  }
+  const acceptZones = options.acceptZones ? new Set(options.acceptZones) : undefined;
+  const reporterCap =
+    options.reporterCap === undefined ? undefined : validateReporterCap(options.reporterCap);
   if (options.parents.length === 0) {
     throw new SpillwayError(ErrorCode.InvalidOption, 'aggregator needs at least one parent', {
       field: 'parents',
@@ -215,6 +241,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     staleDirectives: 0,
     bucketsOverCapacity: 0,
     expiredHosts: 0,
+    clippedUsages: 0,
   };
 
   const hostGraceMs = () => options.hostGraceMs ?? 2.5 * intervalMs;
@@ -242,6 +269,15 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       validateReport(request, reportLimits);
     } catch (error) {
       reject(error);
+    }
+    if (acceptZones && !acceptZones.has(request.zone)) {
+      reject(
+        new SpillwayError(
+          ErrorCode.InvalidReport,
+          `aggregator of zone ${options.zone} refuses reports from zone "${request.zone.slice(0, 64)}"`,
+          { field: 'zone', zone: request.zone.slice(0, 64) },
+        ),
+      );
     }
     const nowMs = scheduler.nowMs();
     let host = hosts.get(request.reporterId);
@@ -367,6 +403,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       bucket.hosts = 0;
     }
     const grace = hostGraceMs();
+    const caps = reporterCap ? reporterCaps(reporterCap, nowMs) : undefined;
     let hostCount = 0;
     for (const host of hosts.values()) {
       if (nowMs - host.lastSeenMs > grace) continue;
@@ -374,9 +411,14 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       for (const usage of host.usage) {
         const bucket = usage.bucket;
         if (bucket.removed) continue;
-        bucket.offeredRps += usage.offeredRps;
-        bucket.admittedRps += usage.admittedRps;
-        bucket.wouldDropRps += usage.wouldDropRps;
+        let scale = 1;
+        if (caps) {
+          scale = clipScale(usage.offeredRps, host.hostCount, caps.get(bucket) ?? Number.POSITIVE_INFINITY);
+          if (scale < 1) counters.clippedUsages++;
+        }
+        bucket.offeredRps += usage.offeredRps * scale;
+        bucket.admittedRps += usage.admittedRps * scale;
+        bucket.wouldDropRps += usage.wouldDropRps * scale;
         bucket.hosts++;
       }
     }
@@ -388,6 +430,26 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       }
     }
     return { hostCount };
+  }
+
+  /** Per-host bound of each bucket from the counted hosts' per-host rates. */
+  function reporterCaps(cap: ReporterCap, nowMs: number): Map<BucketEntry, number> {
+    const grace = hostGraceMs();
+    const rates = new Map<BucketEntry, number[]>();
+    for (const host of hosts.values()) {
+      if (nowMs - host.lastSeenMs > grace) continue;
+      for (const usage of host.usage) {
+        let list = rates.get(usage.bucket);
+        if (!list) {
+          list = [];
+          rates.set(usage.bucket, list);
+        }
+        list.push(usage.offeredRps / Math.max(1, host.hostCount));
+      }
+    }
+    const caps = new Map<BucketEntry, number>();
+    for (const [bucket, list] of rates) caps.set(bucket, perHostCapRps(cap, list));
+    return caps;
   }
 
   function buildReport(nowMs: number): ReportRequest {
@@ -468,9 +530,49 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     return [...healthy, ...backingOff];
   }
 
+  /** Marks a parent down after a failed attempt; logs when it was healthy. */
+  function parentFailed(index: number, error: unknown, what: string): void {
+    counters.parentFailures++;
+    const wasHealthy = parentDownUntilMs[index]! <= scheduler.nowMs();
+    parentDownUntilMs[index] = scheduler.nowMs() + (options.parentBackoffMs ?? 5 * intervalMs);
+    if (wasHealthy) {
+      logger.warn(
+        { aggregator: options.id, parent: options.parents[index]!.target, error: (error as Error).message },
+        what,
+      );
+    }
+  }
+
+  /** One report to every parent at once; directives from each reply are applied as it arrives. */
+  async function forwardToAll(request: ReportRequest): Promise<void> {
+    const answered = await Promise.all(
+      options.parents.map(async (parent, index) => {
+        try {
+          const response = await parent.report(request, { timeoutMs: timeoutMs() });
+          parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
+          applyResponse(response);
+          return parent.target;
+        } catch (error) {
+          parentFailed(index, error, 'control: parent failed (fan-out: the other parents still count)');
+          return undefined;
+        }
+      }),
+    );
+    const target = answered.find((t) => t !== undefined);
+    if (target === undefined) counters.forwardFailures++;
+    lastForward = {
+      sequence: Number(request.sequence),
+      atMs: scheduler.nowMs(),
+      buckets: request.buckets.length,
+      hostCount: request.hostCount,
+      ...(target !== undefined ? { target } : {}),
+    };
+  }
+
   async function forward(): Promise<void> {
     const request = buildReport(scheduler.nowMs());
     counters.forwards++;
+    if (fanout) return forwardToAll(request);
     for (const index of parentOrder(scheduler.nowMs())) {
       const parent = options.parents[index]!;
       try {
@@ -486,15 +588,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         };
         return;
       } catch (error) {
-        counters.parentFailures++;
-        const wasHealthy = parentDownUntilMs[index]! <= scheduler.nowMs();
-        parentDownUntilMs[index] = scheduler.nowMs() + (options.parentBackoffMs ?? 5 * intervalMs);
-        if (wasHealthy) {
-          logger.warn(
-            { aggregator: options.id, parent: parent.target, error: (error as Error).message },
-            'control: parent failed, failing over',
-          );
-        }
+        parentFailed(index, error, 'control: parent failed, failing over');
       }
     }
     counters.forwardFailures++;

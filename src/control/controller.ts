@@ -21,6 +21,7 @@ import type { ReportContext, ReportHandler } from '../transport/control-transpor
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
+import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type ReportLimits, validateReport } from './validate-report.js';
 
 export interface ControllerOptions {
@@ -44,6 +45,8 @@ export interface ControllerOptions {
   logger?: ControlLogger;
   /** Overrides `config.ratioPolicy` (and the default); kept across `updateConfig`. */
   ratioPolicy?: RatioPolicy;
+  /** Bounds one child's say in a bucket's offered sum (per host it speaks for). Default: none. */
+  reporterCap?: ReporterCap;
 }
 
 export interface ControllerBucketZoneSnapshot {
@@ -102,6 +105,8 @@ export interface ControllerCounters {
   expiredChildren: number;
   expiredBuckets: number;
   ticks: number;
+  /** Child usages scaled down by `reporterCap` (one per child, bucket and tick). */
+  clippedUsages: number;
 }
 
 export interface ControllerSnapshot {
@@ -200,6 +205,8 @@ export function createController(options: ControllerOptions): Controller {
   const maxChildren = options.maxChildren ?? DEFAULT_MAX_CHILDREN;
   const maxUnknownKeys = options.maxUnknownKeys ?? 64;
   const reportLimits = options.reportLimits ?? {};
+  const reporterCap =
+    options.reporterCap === undefined ? undefined : validateReporterCap(options.reporterCap);
 
   let limits: CompiledLimits = compileLimits(options.config);
   let policy: RatioPolicy = options.ratioPolicy ?? createRatioPolicy(limits.config.ratioPolicy);
@@ -226,6 +233,7 @@ export function createController(options: ControllerOptions): Controller {
     expiredChildren: 0,
     expiredBuckets: 0,
     ticks: 0,
+    clippedUsages: 0,
   };
 
   function newGroup(resolved: ResolvedBucket): Group {
@@ -404,11 +412,29 @@ export function createController(options: ControllerOptions): Controller {
     group.children = 0;
   }
 
-  function addTo(group: Group, usage: ChildUsage): void {
-    group.offeredRps += usage.offeredRps;
-    group.admittedRps += usage.admittedRps;
-    group.wouldDropRps += usage.wouldDropRps;
+  function addTo(group: Group, usage: ChildUsage, scale: number): void {
+    group.offeredRps += usage.offeredRps * scale;
+    group.admittedRps += usage.admittedRps * scale;
+    group.wouldDropRps += usage.wouldDropRps * scale;
     group.children++;
+  }
+
+  /** Per-host bound of each bucket this tick, from every fresh child's per-host rate. */
+  function reporterCaps(cap: ReporterCap): Map<BucketState, number> {
+    const rates = new Map<BucketState, number[]>();
+    for (const child of children.values()) {
+      for (const usage of child.usage) {
+        let list = rates.get(usage.bucket);
+        if (!list) {
+          list = [];
+          rates.set(usage.bucket, list);
+        }
+        list.push(usage.offeredRps / Math.max(1, child.hostCount));
+      }
+    }
+    const caps = new Map<BucketState, number>();
+    for (const [bucket, list] of rates) caps.set(bucket, perHostCapRps(cap, list));
+    return caps;
   }
 
   /** Reused for every bucket of a tick (policies must not keep it): 100,000 buckets, no garbage. */
@@ -432,18 +458,24 @@ export function createController(options: ControllerOptions): Controller {
       resetGroup(bucket.total);
       if (bucket.zones) for (const group of bucket.zones.values()) resetGroup(group);
     }
+    const caps = reporterCap ? reporterCaps(reporterCap) : undefined;
     for (const child of children.values()) {
       for (const usage of child.usage) {
         const bucket = usage.bucket;
         if (bucket.removed) continue;
-        addTo(bucket.total, usage);
+        let scale = 1;
+        if (caps) {
+          scale = clipScale(usage.offeredRps, child.hostCount, caps.get(bucket) ?? Number.POSITIVE_INFINITY);
+          if (scale < 1) counters.clippedUsages++;
+        }
+        addTo(bucket.total, usage, scale);
         if (bucket.zones) {
           let group = bucket.zones.get(child.zone);
           if (!group) {
             group = newGroup(bucket.resolved);
             bucket.zones.set(child.zone, group);
           }
-          addTo(group, usage);
+          addTo(group, usage, scale);
         }
       }
     }

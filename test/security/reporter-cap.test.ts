@@ -1,0 +1,157 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { createAggregator } from '../../src/control/aggregator.js';
+import { createController } from '../../src/control/controller.js';
+import { clipScale, perHostCapRps, validateReporterCap } from '../../src/control/reporter-cap.js';
+import { ManualClock } from '../../src/core/clock.js';
+import { isSpillwayError } from '../../src/core/errors.js';
+import { Tier } from '../../src/gen/spillway/v1/control_pb.js';
+import type { ControlClient } from '../../src/transport/control-transport.js';
+import { call, hostReport } from '../control/report-fixtures.js';
+
+// One host that lies about its offered load (1e9 rps) must not drive the fleet's drop ratio to ~1:
+// with a reporter cap it counts as at most k honest hosts (or the hard per-host bound).
+
+const LIMIT_RPS = 300;
+const HONEST_RPS = [100, 120, 80, 100];
+const LIE_RPS = 1e9;
+
+function controllerWith(reporterCap?: Parameters<typeof createController>[0]['reporterCap']) {
+  const clock = new ManualClock(1_700_000_000_000);
+  const controller = createController({
+    id: 'ctl',
+    scheduler: clock,
+    reporterCap,
+    config: {
+      version: 1,
+      intervalMs: 1000,
+      ttlMs: 4000,
+      ratioPolicy: { kind: 'plain' },
+      buckets: [{ key: 'pay', limitRps: LIMIT_RPS, mode: 'enforce', scope: 'global' }],
+    },
+  });
+  return { clock, controller };
+}
+
+function feed(handler: Parameters<typeof call>[0], endMs: number, liar = true): void {
+  for (const [i, rps] of HONEST_RPS.entries()) {
+    call(
+      handler,
+      hostReport({ id: `h${i}`, sequence: 1, endMs, buckets: [{ bucket: 'pay', offered: rps }] }),
+    );
+  }
+  if (liar) {
+    call(
+      handler,
+      hostReport({ id: 'liar', sequence: 1, endMs, buckets: [{ bucket: 'pay', offered: LIE_RPS }] }),
+    );
+  }
+}
+
+function ratioOf(controller: ReturnType<typeof createController>): number {
+  return controller.snapshot().buckets.find((b) => b.key === 'pay')!.dropRatio;
+}
+
+describe('reporter cap: one lying host', () => {
+  it('without a cap, the lie drives the ratio to ~1 (what the cap prevents)', () => {
+    const { clock, controller } = controllerWith();
+    feed(controller.handleReport, clock.nowMs());
+    controller.tick();
+    assert.ok(ratioOf(controller) > 0.999, `ratio ${ratioOf(controller)}`);
+  });
+
+  it('medianMultiple: the liar counts as k times the median host', () => {
+    const { clock, controller } = controllerWith({ medianMultiple: 4 });
+    feed(controller.handleReport, clock.nowMs());
+    controller.tick();
+    // Per-host rates sorted: 80, 100, 100, 120, 1e9; lower median 100; the liar counts 400.
+    const offered = HONEST_RPS.reduce((a, b) => a + b, 0) + 4 * 100;
+    assert.equal(controller.snapshot().buckets[0]!.offeredRps, offered);
+    assert.ok(Math.abs(ratioOf(controller) - (offered - LIMIT_RPS) / offered) < 1e-9);
+    assert.equal(controller.snapshot().counters.clippedUsages, 1);
+  });
+
+  it('honest skew under the bound is untouched (the cap never lowers honest reports)', () => {
+    const { clock, controller } = controllerWith({ medianMultiple: 4 });
+    feed(controller.handleReport, clock.nowMs(), false);
+    controller.tick();
+    assert.equal(controller.snapshot().buckets[0]!.offeredRps, 400);
+    assert.equal(controller.snapshot().counters.clippedUsages, 0);
+  });
+
+  it('maxRps: a hard bound per host, scaled by the hosts an aggregator speaks for', () => {
+    const { clock, controller } = controllerWith({ maxRps: 200 });
+    feed(controller.handleReport, clock.nowMs());
+    // An aggregator speaking for 10 hosts may claim 10 x 200.
+    call(
+      controller.handleReport,
+      hostReport({
+        id: 'agg',
+        sequence: 1,
+        endMs: clock.nowMs(),
+        tier: Tier.AGGREGATOR,
+        hostCount: 10,
+        buckets: [{ bucket: 'pay', offered: 5000, admitted: 2500 }],
+      }),
+    );
+    controller.tick();
+    const bucket = controller.snapshot().buckets[0]!;
+    assert.equal(bucket.offeredRps, 400 + 200 + 2000);
+    // Admitted is scaled with offered: the aggregator's 2500 of 5000 becomes 1000 of 2000.
+    assert.equal(bucket.admittedRps, 400 + 200 + 1000);
+  });
+
+  it('the aggregator clips its hosts before summing the zone', async () => {
+    const clock = new ManualClock(1_700_000_000_000);
+    const sent: number[] = [];
+    const parent: ControlClient = {
+      target: 'p',
+      report: async (request) => {
+        const windowSec = Number(request.windowEndMs - request.windowStartMs) / 1000;
+        sent.push(request.buckets.find((b) => b.bucket === 'pay')!.offered / windowSec);
+        return {
+          $typeName: 'spillway.v1.ReportResponse',
+          directives: [],
+          reportIntervalMs: 1000,
+          epoch: 1n,
+          responderId: 'p',
+        };
+      },
+      close() {},
+    };
+    const aggregator = createAggregator({
+      id: 'agg',
+      zone: 'z1',
+      parents: [parent],
+      scheduler: clock,
+      reporterCap: { medianMultiple: 4, floorRps: 50 },
+    });
+    feed(aggregator.handleReport, clock.nowMs());
+    aggregator.start();
+    clock.advance(1000);
+    await aggregator.flush();
+    await aggregator.stop();
+    // Honest 400 rps plus the liar clipped to 4 x the lower median (100): 800 rps forwarded.
+    assert.ok(sent.length >= 1);
+    assert.ok(Math.abs(sent.at(-1)! - 800) < 1e-6, `forwarded offered ${sent.at(-1)} rps`);
+    assert.equal(aggregator.snapshot().counters.clippedUsages > 0, true);
+  });
+
+  it('validates its options and computes the documented bound', () => {
+    assert.throws(
+      () => validateReporterCap({ medianMultiple: 0.5 }),
+      (e) => isSpillwayError(e, 'ERR_SPILLWAY_INVALID_OPTION'),
+    );
+    assert.throws(
+      () => validateReporterCap({ maxRps: -1 }),
+      (e) => isSpillwayError(e, 'ERR_SPILLWAY_INVALID_OPTION'),
+    );
+    assert.equal(perHostCapRps({}, [1, 2, 3]), Number.POSITIVE_INFINITY);
+    assert.equal(perHostCapRps({ medianMultiple: 2 }, [1, 1e9]), 2, 'lower median: a pair cannot lift it');
+    assert.equal(perHostCapRps({ medianMultiple: 2, floorRps: 50 }, [1, 1e9]), 50);
+    assert.equal(perHostCapRps({ medianMultiple: 2, floorRps: 50, maxRps: 10 }, [1, 1e9]), 10);
+    assert.equal(clipScale(100, 1, 200), 1);
+    assert.equal(clipScale(400, 1, 200), 0.5);
+    assert.equal(clipScale(400, 4, 200), 1);
+  });
+});
