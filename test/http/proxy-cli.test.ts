@@ -1,0 +1,127 @@
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import type { ServerResponse } from 'node:http';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, it } from 'node:test';
+import {
+  type SpillwayProcess,
+  spawnSpillwayRaw,
+  startSpillway,
+  stopSpillway,
+} from '../integration/spillway-process.js';
+import { send, startUpstream, until } from './proxy-harness.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'spillway-proxy-cli-'));
+const started: SpillwayProcess[] = [];
+after(async () => {
+  for (const p of started) await stopSpillway(p, 2_000);
+  rmSync(dir, { recursive: true, force: true });
+});
+
+function proxyAddress(p: SpillwayProcess): string {
+  const line = p.output.find((l) => l.includes('"listening"'))!;
+  return (JSON.parse(line) as { proxy: string }).proxy;
+}
+
+function rules(upstreamUrl: string, limit: number): string {
+  return `version: 1
+upstream:
+  url: ${upstreamUrl}
+backend:
+  kind: local
+buckets:
+  - name: api
+    limit: ${limit}
+    windowSec: 60
+`;
+}
+
+describe('spillway proxy (process)', { timeout: 60_000 }, () => {
+  it('reloads the rules file on change and on SIGHUP, keeping the old rules when the new file is invalid', async (t) => {
+    const upstream = await startUpstream();
+    t.after(upstream.close);
+    const file = join(dir, 'reload.yaml');
+    writeFileSync(file, rules(upstream.url, 1));
+    const p = await startSpillway('proxy', ['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    started.push(p);
+    const base = `http://${proxyAddress(p)}`;
+    assert.equal((await send(`${base}/`)).status, 200);
+    assert.equal((await send(`${base}/`)).status, 429);
+
+    writeFileSync(file, rules(upstream.url, 1000));
+    await until('the file change is applied', async () => (await send(`${base}/`)).status === 200, 15_000);
+    assert.equal((await send(`${base}/`)).headers['ratelimit-policy'], '"api";q=1000;w=60');
+
+    writeFileSync(file, `${rules(upstream.url, 5)}    mode: loud\n`);
+    p.child.kill('SIGHUP');
+    await until(
+      'the failed reload is logged',
+      () => p.output.some((l) => l.includes('rules reload failed')),
+      15_000,
+    );
+    const failure = p.output.find((l) => l.includes('rules reload failed'))!;
+    assert.match(
+      failure,
+      /reload\.yaml:10:11: buckets\[0\]\.mode: must be one of \\"enforce\\", \\"shadow\\", got \\"loud\\"/,
+    );
+    assert.equal(
+      (await send(`${base}/`)).headers['ratelimit-policy'],
+      '"api";q=1000;w=60',
+      'old rules in force',
+    );
+    const health = (await (await fetch(`http://${p.ops}/healthz`)).json()) as {
+      ok: boolean;
+      lastReloadError: string;
+    };
+    assert.equal(health.ok, true);
+    assert.match(health.lastReloadError, /must be one of/);
+  });
+
+  it('on SIGTERM stops accepting, finishes an in-flight slow request, then exits 0', async (t) => {
+    const held: ServerResponse[] = [];
+    const upstream = await startUpstream((_req, res) => {
+      held.push(res);
+    });
+    t.after(upstream.close);
+    const file = join(dir, 'drain.yaml');
+    writeFileSync(file, rules(upstream.url, 100));
+    const p = await startSpillway('proxy', ['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    started.push(p);
+    const base = `http://${proxyAddress(p)}`;
+    const inFlight = send(`${base}/slow`);
+    await until('the upstream holds the request', () => held.length === 1);
+    p.child.kill('SIGTERM');
+    await until('draining is reported', async () => {
+      const response = await fetch(`http://${p.ops}/healthz`).catch(() => undefined);
+      return response?.status === 503;
+    });
+    await assert.rejects(send(`${base}/new`), /ECONNREFUSED|ECONNRESET|socket hang up/, 'no new connections');
+    assert.equal(p.running, true, 'still running while a request is in flight');
+    held[0]!.end('finally');
+    const response = await inFlight;
+    assert.equal(response.status, 200);
+    assert.equal(response.body, 'finally');
+    assert.equal(await p.exited, 0);
+  });
+
+  it('an invalid rules file exits 2 with file:line:column', async () => {
+    const file = join(dir, 'invalid.yaml');
+    writeFileSync(
+      file,
+      'version: 1\nupstream:\n  url: http://127.0.0.1:1\nbackend:\n  kind: local\nbuckets:\n  - name: api\n    limit: 10\n    windowSec: 60\n    match:\n      path: /v1/*/x\n',
+    );
+    const child = spawnSpillwayRaw(['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    let stderr = '';
+    child.stderr!.on('data', (data: Buffer) => {
+      stderr += data.toString();
+    });
+    child.stdout!.resume();
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    assert.equal(code, 2);
+    assert.equal(
+      stderr.trim(),
+      `spillway proxy: ${file}:11:13: buckets[0].match.path: "/v1/*/x": "*" is only allowed as the last segment (ERR_SPILLWAY_INVALID_CONFIG)`,
+    );
+  });
+});
