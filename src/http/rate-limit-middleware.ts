@@ -240,11 +240,9 @@ export function createRateLimitMiddleware<Req, Res>(
     }
     if (decision.allowed) {
       stats.admitted++;
-      // A fail-open decision carries no real count (remaining 0, reset now): `limit: 0` keeps it
-      // out of the RateLimit field instead of telling clients to back off while admitting them.
-      if (headers && !shadow) {
-        writeHeaders(res, reason === 'fail-open' ? { ...decision, limit: 0 } : decision);
-      }
+      // A fail-open decision carries no real count (remaining 0, reset now): no fields rather than
+      // telling clients to back off while admitting them (the proxy does the same).
+      if (headers && !shadow && reason !== 'fail-open') writeHeaders(res, decision);
       next();
       return;
     }
