@@ -6,13 +6,13 @@ export interface SseEvent {
 
 /**
  * Reads `count` events from an event stream, then closes it. Comment lines (`: heartbeat`) are
- * collected in `comments` when given. Rejects when the stream fails or `timeoutMs` passes first.
+ * collected in `comments` when given; `onEvent` sees each event as it arrives. Rejects when the stream fails or `timeoutMs` passes first.
  */
 export async function readEvents(
   url: string,
   count: number,
   timeoutMs: number,
-  comments?: string[],
+  { comments, onEvent }: { comments?: string[]; onEvent?: (event: SseEvent) => void } = {},
 ): Promise<SseEvent[]> {
   const abort = new AbortController();
   const timer = setTimeout(
@@ -42,7 +42,10 @@ export async function readEvents(
           else if (line.startsWith('event: ')) event = line.slice(7);
           else if (line.startsWith('data: ')) data.push(line.slice(6));
         }
-        if (data.length > 0) events.push({ event, data: data.join('\n') });
+        if (data.length > 0) {
+          events.push({ event, data: data.join('\n') });
+          onEvent?.(events.at(-1)!);
+        }
         if (events.length >= count) return events;
       }
     }

@@ -1,0 +1,318 @@
+import assert from 'node:assert/strict';
+import { Writable } from 'node:stream';
+import { after, before, describe, it } from 'node:test';
+import { pino } from 'pino';
+import { parseLimitsConfig } from '../../src/config/limits-config.js';
+import { createController } from '../../src/control/controller.js';
+import { ManualClock } from '../../src/core/clock.js';
+import { createAdminActions } from '../../src/dashboard/admin-actions.js';
+import { createAdminOverrides } from '../../src/dashboard/admin-overrides.js';
+import { checkBearer } from '../../src/dashboard/admin-token.js';
+import { createBucketHistory } from '../../src/dashboard/bucket-history.js';
+import { type DashboardServer, startDashboardServer } from '../../src/dashboard/dashboard-server.js';
+import type { DashboardView } from '../../src/dashboard/dashboard-view.js';
+import { observeTimers } from '../../src/dashboard/tick-observer.js';
+import type { TuningSource } from '../../src/dashboard/tuning-source.js';
+import { call, hostReport } from '../control/report-fixtures.js';
+import { waitFor } from '../integration/spillway-process.js';
+import { readEvents } from './sse-reader.js';
+
+// The dashboard server in process, on a real socket, over a controller on a manual clock: ticks
+// happen exactly when the test says, so event counts and history are exact.
+
+const LIMITS = `
+version: 1
+intervalMs: 1000
+buckets:
+  - key: a
+    limitRps: 100
+  - key: b
+    limitRps: 10
+    mode: shadow
+  - key: c
+    limitRps: 5
+`;
+const TOKEN = 'in-process-token-0123456789';
+
+function captureLogger() {
+  const lines: Record<string, unknown>[] = [];
+  const stream = new Writable({
+    write(chunk, _encoding, done) {
+      for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line));
+      done();
+    },
+  });
+  // `warn`: the audit line must come out whatever the level.
+  return { logger: pino({ level: 'warn' }, stream), lines };
+}
+
+describe('dashboard server (in process, manual clock)', () => {
+  const clock = new ManualClock();
+  let ticks = 0;
+  let server: DashboardServer;
+  const { logger, lines } = captureLogger();
+  const overrides = createAdminOverrides(parseLimitsConfig(LIMITS));
+  const controller = createController({
+    id: 'ctl',
+    config: overrides.effective(),
+    scheduler: observeTimers(clock, () => {
+      ticks++;
+      server?.onTick();
+    }),
+  });
+  const tuning: TuningSource = {
+    name: 'fixed test engine',
+    suggestions: () => [
+      { id: 's1', rule: 'a', currentLimitRps: 100, suggestedLimitRps: 150, reason: 'test says so' },
+    ],
+    accepted(id) {
+      acceptedIds.push(id);
+    },
+  };
+  const acceptedIds: string[] = [];
+  let sequence = 0;
+  const report = (offered: Record<string, number>) =>
+    call(
+      controller.handleReport,
+      hostReport({
+        id: 'h1',
+        sequence: ++sequence,
+        endMs: clock.nowMs(),
+        buckets: Object.entries(offered).map(([bucket, n]) => ({ bucket, offered: n })),
+      }),
+    );
+
+  before(async () => {
+    server = await startDashboardServer({
+      controller,
+      overrides,
+      admin: createAdminActions({ overrides, controller, logger, tuning, nowMs: () => clock.nowMs() }),
+      adminToken: TOKEN,
+      tuning,
+      logger,
+      heartbeatMs: 50,
+      maxStreamClients: 2,
+      historyLength: 3,
+      view: { maxBuckets: 2 },
+    });
+    controller.start();
+  });
+  after(async () => {
+    controller.stop();
+    await server.close();
+  });
+
+  it('serves the page, its script, style and uPlot with a strict content security policy', async () => {
+    for (const [path, type] of [
+      ['/', 'text/html'],
+      ['/index.html', 'text/html'],
+      ['/app.js', 'text/javascript'],
+      ['/style.css', 'text/css'],
+      ['/vendor/uPlot.iife.min.js', 'text/javascript'],
+      ['/vendor/uPlot.min.css', 'text/css'],
+    ] as const) {
+      const response = await fetch(`${server.url}${path.slice(1)}`);
+      assert.equal(response.status, 200, path);
+      assert.ok(response.headers.get('content-type')?.startsWith(type), path);
+      assert.ok((await response.text()).length > 100, path);
+    }
+    const page = await fetch(server.url);
+    assert.match(page.headers.get('content-security-policy') ?? '', /script-src 'self'/);
+    for (const path of [
+      '/../package.json',
+      '/vendor/../../package.json',
+      '/dashboard/app.js',
+      '/node_modules/uplot/package.json',
+    ]) {
+      assert.equal((await fetch(`${server.url}${path.slice(1)}`)).status, 404, path);
+    }
+  });
+
+  it('one event per controller tick, the view bounded to the busiest buckets', async () => {
+    report({ a: 50, b: 30, c: 1 });
+    let subscribed: () => void = () => {};
+    const connected = new Promise<void>((resolve) => {
+      subscribed = resolve;
+    });
+    const pending = readEvents(`${server.url}api/stream`, 3, 5_000, { onEvent: () => subscribed() });
+    // The first event is sent on connect: from then on the subscriber gets every tick.
+    await connected;
+    clock.advance(1000);
+    server.onTick(); // a second call for the same version is not a second event
+    report({ a: 50, b: 30, c: 1 });
+    clock.advance(1000);
+    const events = (await pending).map((e) => JSON.parse(e.data) as DashboardView);
+    assert.deepEqual(
+      events.map((e) => e.controller.version),
+      [0, 1, 2],
+    );
+    const last = events[2]!;
+    assert.equal(last.bucketsTotal, 3);
+    assert.deepEqual(
+      last.buckets.map((b) => b.key),
+      ['a', 'b'],
+      'the two busiest, by key',
+    );
+    assert.equal(ticks, 2);
+  });
+
+  it('keeps `historyLength` ticks of history, oldest first', async () => {
+    for (let i = 0; i < 3; i++) {
+      report({ a: 10 * (i + 1), b: 30, c: 1 });
+      clock.advance(1000);
+    }
+    const history = (await (await fetch(`${server.url}api/history`)).json()) as {
+      versions: number[];
+      buckets: Record<string, { offeredRps: (number | null)[] }>;
+    };
+    assert.deepEqual(history.versions, [3, 4, 5]);
+    assert.deepEqual(history.buckets.a!.offeredRps, [10, 20, 30]);
+  });
+
+  it('refuses a subscriber past maxStreamClients with 503, and sends heartbeats', async () => {
+    const comments: string[] = [];
+    const abort = new AbortController();
+    const first = await fetch(`${server.url}api/stream`, { signal: abort.signal });
+    assert.equal(first.status, 200);
+    let subscribed: () => void = () => {};
+    const connected = new Promise<void>((resolve) => {
+      subscribed = resolve;
+    });
+    const second = readEvents(`${server.url}api/stream`, 2, 10_000, {
+      comments,
+      onEvent: () => subscribed(),
+    });
+    await connected;
+    const third = await fetch(`${server.url}api/stream`);
+    assert.equal(third.status, 503);
+    assert.equal(
+      ((await third.json()) as { error: { code: string } }).error.code,
+      'ERR_SPILLWAY_CAPACITY_EXCEEDED',
+    );
+    await waitFor('a heartbeat', async () => (comments.includes(': heartbeat') ? true : undefined), {
+      timeoutMs: 5_000,
+      everyMs: 20,
+    });
+    clock.advance(1000);
+    assert.equal((await second).length, 2);
+    abort.abort();
+    // Both slots free again once the server sees the subscribers go.
+    const again = await waitFor('a free slot', async () => {
+      const response = await fetch(`${server.url}api/stream`);
+      if (response.status === 200) return response;
+      await response.body?.cancel();
+      return undefined;
+    });
+    await again.body?.cancel();
+  });
+
+  it('lists the tuning engine suggestions; accepting one applies its limit, audited at any log level', async () => {
+    const list = (await (await fetch(`${server.url}api/tuning`)).json()) as {
+      engine: string;
+      suggestions: unknown[];
+    };
+    assert.equal(list.engine, 'fixed test engine');
+    assert.equal(list.suggestions.length, 1);
+    const response = await fetch(`${server.url}api/admin/tuning/accept`, {
+      method: 'POST',
+      headers: { authorization: `Bearer ${TOKEN}`, 'content-type': 'application/json' },
+      body: JSON.stringify({ id: 's1' }),
+    });
+    assert.equal(response.status, 200);
+    const result = (await response.json()) as {
+      rule: string;
+      after: { limitRps: number };
+      suggestionId: string;
+    };
+    assert.deepEqual([result.rule, result.after.limitRps, result.suggestionId], ['a', 150, 's1']);
+    assert.deepEqual(acceptedIds, ['s1']);
+    assert.equal(overrides.effective().buckets[0]!.limitRps, 150);
+    clock.advance(1000);
+    assert.equal(controller.snapshot().buckets.find((b) => b.key === 'a')!.limitRps, 150);
+    const audit = lines.find((l) => l.action === 'accept-suggestion');
+    assert.ok(audit, 'audit line at level warn');
+    assert.equal(audit.level, 30);
+    assert.equal(audit.actor, 'admin');
+    assert.equal(audit.suggestionId, 's1');
+  });
+});
+
+describe('admin overrides on top of the limits file', () => {
+  const file = parseLimitsConfig(LIMITS);
+
+  it('apply on top of the file and say where each value came from', () => {
+    const overrides = createAdminOverrides(file);
+    overrides.set('b', { mode: 'enforce' }, 1);
+    overrides.set('b', { limitRps: 20 }, 2);
+    const b = overrides.rule('b')!;
+    assert.deepEqual(
+      [b.mode, b.limitRps, b.file, b.override, b.overriddenAtMs],
+      ['enforce', 20, { mode: 'shadow', limitRps: 10 }, { mode: 'enforce', limitRps: 20 }, 2],
+    );
+    assert.equal(overrides.effective().buckets[1]!.mode, 'enforce');
+    assert.equal(overrides.fileConfig.buckets[1]!.mode, 'shadow', 'the file config is untouched');
+    assert.equal(overrides.rule('nope'), undefined);
+  });
+
+  it('a value equal to the file is no override', () => {
+    const overrides = createAdminOverrides(file);
+    overrides.set('a', { limitRps: 100 }, 1);
+    assert.equal(overrides.rule('a')!.override, undefined);
+    overrides.set('b', { mode: 'enforce', limitRps: 10 }, 1);
+    assert.deepEqual(overrides.rule('b')!.override, { mode: 'enforce' });
+  });
+
+  it('survive a new file, except for rules it no longer has and values it now agrees with', () => {
+    const overrides = createAdminOverrides(file);
+    overrides.set('a', { limitRps: 50 }, 1);
+    overrides.set('b', { mode: 'enforce' }, 1);
+    overrides.set('c', { limitRps: 1 }, 1);
+    const next = parseLimitsConfig(
+      LIMITS.replace('  - key: c\n    limitRps: 5\n', '').replace('limitRps: 100', 'limitRps: 50'),
+    );
+    assert.deepEqual(overrides.replaceFile(next), { dropped: ['c'] });
+    assert.equal(overrides.rule('a')!.override, undefined, 'the file caught up with the override');
+    assert.deepEqual(overrides.rule('b')!.override, { mode: 'enforce' });
+    assert.equal(overrides.rule('c'), undefined);
+    assert.equal(overrides.clear('b'), true);
+    assert.equal(overrides.clear('b'), false);
+  });
+});
+
+describe('admin token check', () => {
+  it('accepts only `Bearer <the token>`', () => {
+    assert.equal(checkBearer(undefined, TOKEN), 'missing');
+    assert.equal(checkBearer('', TOKEN), 'missing');
+    assert.equal(checkBearer(`Bearer ${TOKEN}`, TOKEN), 'ok');
+    assert.equal(checkBearer(`bearer  ${TOKEN}`, TOKEN), 'ok');
+    assert.equal(checkBearer(`Basic ${TOKEN}`, TOKEN), 'invalid');
+    assert.equal(checkBearer(`Bearer ${TOKEN.slice(0, -1)}`, TOKEN), 'invalid');
+    assert.equal(checkBearer(`Bearer ${TOKEN}0`, TOKEN), 'invalid');
+    assert.equal(checkBearer(TOKEN, TOKEN), 'invalid');
+  });
+});
+
+describe('bucket history', () => {
+  it('is a ring of the last `capacity` views', () => {
+    const history = createBucketHistory({ capacity: 2 });
+    const view = (version: number, keys: string[]) =>
+      ({
+        controller: { version, nowMs: version * 1000 },
+        buckets: keys.map((key) => ({
+          key,
+          offeredRps: version,
+          admittedRps: 0,
+          limitRps: 1,
+          dropRatio: 0,
+          wouldDropRps: 0,
+        })),
+      }) as unknown as DashboardView;
+    history.add(view(1, ['x']));
+    history.add(view(2, ['x', 'y']));
+    history.add(view(3, ['y']));
+    const columns = history.columns();
+    assert.deepEqual(columns.versions, [2, 3]);
+    assert.deepEqual(columns.buckets.x!.offeredRps, [2, null]);
+    assert.deepEqual(columns.buckets.y!.offeredRps, [2, 3]);
+  });
+});
