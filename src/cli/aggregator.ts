@@ -16,8 +16,18 @@ import {
   parseTargets,
   runCommand,
   stringFlag,
+  usageError,
 } from './command-line.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
+import {
+  AUTH_TOKEN_FLAGS,
+  readAuthToken,
+  readClientTls,
+  readServerTls,
+  TLS_CLIENT_FLAGS,
+  TLS_SERVER_FLAGS,
+} from './transport-security.js';
 
 export const spec: CommandSpec = {
   name: 'aggregator',
@@ -35,8 +45,23 @@ export const spec: CommandSpec = {
       type: 'string',
       multiple: true,
       valueName: 'host:port[,host:port...]',
-      description: 'controller(s) or upper aggregator(s), in failover order',
+      description: 'controller(s) or upper aggregator(s), in failover order (or all at once: --parent-mode)',
       required: true,
+    },
+    'parent-mode': {
+      type: 'string',
+      valueName: 'failover|fanout',
+      description:
+        'failover: each forward goes to the first healthy parent; fanout: to every parent (controller replicas)',
+      defaultText: 'failover',
+    },
+    'accept-zone': {
+      type: 'string',
+      multiple: true,
+      valueName: 'zone[,zone...]',
+      description:
+        "zones whose reports are accepted ('*': any, for a regional aggregator); others are refused",
+      defaultText: 'the --zone',
     },
     region: { type: 'string', valueName: 'region', description: 'region put in forwarded reports' },
     listen: {
@@ -75,9 +100,14 @@ export const spec: CommandSpec = {
       description: 'fatal|error|warn|info|debug|trace|silent',
       defaultText: 'info',
     },
+    ...AUTH_TOKEN_FLAGS,
+    ...TLS_SERVER_FLAGS,
+    ...TLS_CLIENT_FLAGS,
+    ...REPORTER_CAP_FLAGS,
   },
   notes: [
-    'Set SPILLWAY_AUTH_TOKEN to require it from hosts and send it to parents.',
+    'With --auth-token-file (or SPILLWAY_AUTH_TOKEN) the token is required from hosts and sent to parents.',
+    'Listening beyond loopback: see docs/security.md.',
     'Example: spillway aggregator --zone z1 --parent 127.0.0.1:7070 --listen 127.0.0.1:7071 --ops 127.0.0.1:9091',
   ],
 };
@@ -98,17 +128,34 @@ export function run(argv: string[]): Promise<number> {
       id,
       level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
     });
-    const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
+    const authToken = await readAuthToken(values);
+    const serverTls = await readServerTls(values);
+    const clientTls = await readClientTls(values);
+    const reporterCap = reporterCapFromFlags(values);
+    const parentMode = stringFlag(values, 'parent-mode') ?? 'failover';
+    if (parentMode !== 'failover' && parentMode !== 'fanout') {
+      throw usageError(`--parent-mode must be failover or fanout, got '${parentMode}'`, {
+        flag: 'parent-mode',
+      });
+    }
+    const acceptZones = listFlag(values, 'accept-zone');
+    const anyZone = acceptZones.includes('*');
 
     const metrics = createMetrics({ component: 'aggregator', id });
     const clients = parents.map((target) =>
-      instrumentControlClient(createGrpcControlClient(target, { authToken }), metrics),
+      instrumentControlClient(
+        createGrpcControlClient(target, { authToken, ...(clientTls ? { tls: clientTls } : {}) }),
+        metrics,
+      ),
     );
     const aggregator = createAggregator({
       id,
       zone,
       region: stringFlag(values, 'region'),
       parents: clients,
+      parentMode,
+      ...(anyZone ? {} : { acceptZones: acceptZones.length > 0 ? acceptZones : [zone] }),
+      ...(reporterCap ? { reporterCap } : {}),
       intervalMs,
       reportTimeoutMs,
       authToken,
@@ -120,6 +167,7 @@ export function run(argv: string[]): Promise<number> {
       port: listen.port,
       handler: instrumentReportHandler(aggregator.handleReport, metrics),
       authToken,
+      ...(serverTls ? { tls: serverTls } : {}),
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
     });
     const opsServer = await startOpsServer({
@@ -140,7 +188,7 @@ export function run(argv: string[]): Promise<number> {
       },
     });
     aggregator.start();
-    logListening(logger, { grpc: server.address, ops: opsServer.address, zone, parents });
+    logListening(logger, { grpc: server.address, ops: opsServer.address, zone, parents, parentMode });
 
     await waitForShutdown(logger);
     await shutdownWithin(logger, 10_000, async () => {

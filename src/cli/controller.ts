@@ -3,6 +3,11 @@ import { hostname } from 'node:os';
 import { Counter, Gauge } from 'prom-client';
 import { parseLimitsConfig } from '../config/limits-config.js';
 import { createController } from '../control/controller.js';
+import { createAutoTuner } from '../control/tuning/auto-tuner.js';
+import type { HistoryStore } from '../control/tuning/history-store.js';
+import { createPeakRecorder, type PeakRecorder } from '../control/tuning/peak-recorder.js';
+import { createSqliteHistoryStore } from '../control/tuning/sqlite-history-store.js';
+import { createTuningSuggestions } from '../control/tuning/tuning-suggestions.js';
 import { systemScheduler } from '../core/clock.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createAdminActions } from '../dashboard/admin-actions.js';
@@ -19,6 +24,14 @@ import { startGrpcControlServer } from '../transport/grpc-control-server.js';
 import { type CommandSpec, parseHostPort, runCommand, stringFlag, usageError } from './command-line.js';
 import { watchFile } from './file-watcher.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
+import {
+  AUTH_TOKEN_FLAGS,
+  readAuthToken,
+  readServerTls,
+  TLS_CA_FLAG,
+  TLS_SERVER_FLAGS,
+} from './transport-security.js';
 
 export const spec: CommandSpec = {
   name: 'controller',
@@ -51,6 +64,16 @@ export const spec: CommandSpec = {
       description: `bearer token for the dashboard's admin actions, at least ${MIN_ADMIN_TOKEN_LENGTH} characters`,
       defaultText: '$SPILLWAY_ADMIN_TOKEN, else admin actions are off',
     },
+    history: {
+      type: 'string',
+      valueName: 'path.sqlite',
+      description: 'record per-bucket per-minute peaks of offered load here, for `spillway tune` (docs/tuning.md)',
+      defaultText: 'off',
+    },
+    'auto-tune': {
+      type: 'boolean',
+      description: 'once a day, apply tuning proposals of buckets with `tuning.auto: true` to the limits file',
+    },
     id: {
       type: 'string',
       valueName: 'id',
@@ -63,12 +86,17 @@ export const spec: CommandSpec = {
       description: 'fatal|error|warn|info|debug|trace|silent',
       defaultText: 'info',
     },
+    ...AUTH_TOKEN_FLAGS,
+    ...TLS_SERVER_FLAGS,
+    ...TLS_CA_FLAG,
+    ...REPORTER_CAP_FLAGS,
   },
   notes: [
     'The limits file is reloaded on SIGHUP and when it changes on disk. A file that fails to load',
     'keeps the previous limits in force; the error is logged and counted',
     '(spillway_config_reloads_total{result="error"}).',
-    'Set SPILLWAY_AUTH_TOKEN to refuse reports that do not carry the same token.',
+    'With --auth-token-file (or SPILLWAY_AUTH_TOKEN) reports without the same token are refused',
+    '(UNAUTHENTICATED). Listening beyond loopback: see docs/security.md.',
     'Dashboard admin actions (flip shadow/enforce, change a limit) are kept in memory on top of the',
     'limits file: they survive reloads of the file and end when cleared or when the controller stops.',
     'Prefer SPILLWAY_ADMIN_TOKEN to --admin-token: command lines are visible to other local users.',
@@ -94,21 +122,49 @@ export function run(argv: string[]): Promise<number> {
         flag: 'admin-token',
       });
     }
+    const historyPath = stringFlag(values, 'history');
+    const autoTune = values['auto-tune'] === true;
+    if (autoTune && historyPath === undefined) {
+      throw usageError('--auto-tune needs --history (proposals are computed from the recorded peaks)', {
+        flag: 'auto-tune',
+      });
+    }
     const logger = createLogger({
       component: 'controller',
       id,
       level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
     });
 
+    const authToken = await readAuthToken(values);
+    const tls = await readServerTls(values);
+    const reporterCap = reporterCapFromFlags(values);
     let configText = await readConfigText(configPath);
     // What the file says, with the dashboard's admin overrides on top: what the controller runs.
     const overrides = createAdminOverrides(parseLimitsConfig(configText, configPath));
     let dashboard: DashboardServer | undefined;
+    // Opened before serving: a history file that cannot be opened is a startup error, not a silent gap.
+    let history: HistoryStore | undefined;
+    let recorder: PeakRecorder | undefined;
+    if (historyPath !== undefined) {
+      try {
+        history = createSqliteHistoryStore({ path: historyPath });
+      } catch (error) {
+        throw usageError(`--history: ${(error as Error).message}`, { flag: 'history' });
+      }
+      recorder = createPeakRecorder({
+        store: history,
+        onError: (error) => logger.warn({ err: String(error), file: historyPath }, 'history: peaks not recorded'),
+      });
+    }
     const controller = createController({
       id,
       config: overrides.effective(),
       logger,
-      scheduler: observeTimers(systemScheduler, () => dashboard?.onTick()),
+      ...(reporterCap ? { reporterCap } : {}),
+      scheduler: observeTimers(systemScheduler, () => {
+        dashboard?.onTick();
+        recorder?.observe(controller.snapshot());
+      }),
     });
     const metrics = createMetrics({ component: 'controller', id });
     addControllerMetrics(metrics, controller);
@@ -129,7 +185,7 @@ export function run(argv: string[]): Promise<number> {
     /** Reloads one at a time; a change during a reload triggers one more after it. */
     let reloading: Promise<void> | undefined;
     let reloadAgain = false;
-    const reload = (trigger: 'SIGHUP' | 'file') => {
+    const reload = (trigger: 'SIGHUP' | 'file' | 'tune') => {
       if (reloading) {
         reloadAgain = true;
         return;
@@ -138,7 +194,7 @@ export function run(argv: string[]): Promise<number> {
         try {
           const text = await readConfigText(configPath);
           // Editors fire several events per save; an unchanged file is not a reload.
-          if (trigger === 'file' && text === configText) return;
+          if (trigger !== 'SIGHUP' && text === configText) return;
           const config = parseLimitsConfig(text, configPath);
           const { dropped } = overrides.replaceFile(config);
           controller.updateConfig(overrides.effective());
@@ -170,7 +226,8 @@ export function run(argv: string[]): Promise<number> {
       host: listen.host,
       port: listen.port,
       handler: instrumentReportHandler(controller.handleReport, metrics),
-      authToken: process.env.SPILLWAY_AUTH_TOKEN || undefined,
+      authToken,
+      ...(tls ? { tls } : {}),
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
     });
     const opsServer = await startOpsServer({
@@ -190,18 +247,27 @@ export function run(argv: string[]): Promise<number> {
         };
       },
     });
+    const tuning = history
+      ? createTuningSuggestions({ store: history, config: () => overrides.effective() })
+      : undefined;
     if (dashboardAddress) {
       dashboard = await startDashboardServer({
         host: dashboardAddress.host,
         port: dashboardAddress.port,
         controller,
         overrides,
-        admin: createAdminActions({ overrides, controller, logger }),
+        admin: createAdminActions({ overrides, controller, logger, ...(tuning ? { tuning } : {}) }),
+        ...(tuning ? { tuning } : {}),
         adminToken,
         logger,
       });
     }
     controller.start();
+    const autoTuner =
+      history && autoTune
+        ? createAutoTuner({ store: history, configPath, logger, onApplied: () => reload('tune') })
+        : undefined;
+    autoTuner?.start();
     const watcher = watchFile(configPath, () => reload('file'));
     logListening(logger, {
       grpc: server.address,
@@ -216,6 +282,9 @@ export function run(argv: string[]): Promise<number> {
       watcher.close();
       await server.close();
       controller.stop();
+      await autoTuner?.stop();
+      recorder?.flush();
+      history?.close();
       await reloading;
       await dashboard?.close();
       await opsServer.close();

@@ -19,6 +19,7 @@ import {
 } from './command-line.js';
 import { createLoadGenerator } from './load-generator.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { AUTH_TOKEN_FLAGS, readAuthToken, readClientTls, TLS_CLIENT_FLAGS } from './transport-security.js';
 
 export const spec: CommandSpec = {
   name: 'host',
@@ -78,9 +79,11 @@ export const spec: CommandSpec = {
       description: 'fatal|error|warn|info|debug|trace|silent',
       defaultText: 'info',
     },
+    ...AUTH_TOKEN_FLAGS,
+    ...TLS_CLIENT_FLAGS,
   },
   notes: [
-    'Set SPILLWAY_AUTH_TOKEN to send a shared token with every report.',
+    'With --auth-token-file (or SPILLWAY_AUTH_TOKEN) every report carries the shared token.',
     'Example: spillway host --aggregator 127.0.0.1:7071 --zone z1 --bucket payments:charge=300,search=50',
   ],
 };
@@ -107,9 +110,13 @@ export function run(argv: string[]): Promise<number> {
     });
 
     const metrics = createMetrics({ component: 'host', id });
-    const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
+    const authToken = await readAuthToken(values);
+    const tls = await readClientTls(values);
     const clients = targets.map((target) =>
-      instrumentControlClient(createGrpcControlClient(target, { authToken }), metrics),
+      instrumentControlClient(
+        createGrpcControlClient(target, { authToken, ...(tls ? { tls } : {}) }),
+        metrics,
+      ),
     );
     let limiter: ReturnType<typeof createGlobalLimiter>;
     try {

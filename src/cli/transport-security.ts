@@ -1,0 +1,137 @@
+import { readFile } from 'node:fs/promises';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
+import type { GrpcClientTlsOptions } from '../transport/grpc-control-client.js';
+import type { GrpcServerTlsOptions } from '../transport/grpc-control-server.js';
+import { type FlagSpec, type FlagValues, stringFlag, usageError } from './command-line.js';
+
+/**
+ * The flags every control-plane process shares to authenticate its tiers: a shared token (sent in
+ * every report, required by receivers) and TLS on the gRPC links, optionally mutual. See
+ * docs/security.md for how to combine them.
+ */
+export const AUTH_TOKEN_FLAGS: Record<string, FlagSpec> = {
+  'auth-token-file': {
+    type: 'string',
+    valueName: 'path',
+    description: 'file holding the shared token between tiers (first line; sent up, required from below)',
+    defaultText: '$SPILLWAY_AUTH_TOKEN, else no token',
+  },
+};
+
+/** Inbound (a process that serves Report: controller, aggregator). */
+export const TLS_SERVER_FLAGS: Record<string, FlagSpec> = {
+  'tls-cert': {
+    type: 'string',
+    valueName: 'cert.pem',
+    description: 'serve Report over TLS with this certificate chain (needs --tls-key)',
+  },
+  'tls-key': { type: 'string', valueName: 'key.pem', description: 'private key of --tls-cert' },
+  'tls-require-client-cert': {
+    type: 'boolean',
+    description: 'mutual TLS: refuse clients without a certificate signed by --tls-ca',
+  },
+};
+
+/** Outbound (a process that sends Report: aggregator, host); --tls-ca also verifies clients inbound. */
+export const TLS_CLIENT_FLAGS: Record<string, FlagSpec> = {
+  'tls-ca': {
+    type: 'string',
+    valueName: 'ca.pem',
+    description: 'CA certificates: report to parents over TLS and verify them (and clients, with mTLS)',
+  },
+  'tls-client-cert': {
+    type: 'string',
+    valueName: 'cert.pem',
+    description: 'present this certificate to parents (mutual TLS; needs --tls-client-key)',
+  },
+  'tls-client-key': { type: 'string', valueName: 'key.pem', description: 'private key of --tls-client-cert' },
+  'tls-server-name': {
+    type: 'string',
+    valueName: 'name',
+    description: "name to verify in the parents' certificates",
+    defaultText: 'the host of each target',
+  },
+};
+
+/** The controller serves only: its --tls-ca is the client CA for mutual TLS. */
+export const TLS_CA_FLAG: Record<string, FlagSpec> = {
+  'tls-ca': {
+    type: 'string',
+    valueName: 'ca.pem',
+    description: 'CA certificates that sign client certificates (with --tls-require-client-cert)',
+  },
+};
+
+async function readPem(values: FlagValues, flag: string): Promise<Buffer | undefined> {
+  const path = stringFlag(values, flag);
+  if (path === undefined) return undefined;
+  try {
+    return await readFile(path);
+  } catch (error) {
+    throw new SpillwayError(
+      ErrorCode.InvalidConfig,
+      `--${flag}: cannot read ${path}: ${(error as Error).message}`,
+      { flag, file: path },
+      { cause: error },
+    );
+  }
+}
+
+/** --auth-token-file (first line, trimmed), else $SPILLWAY_AUTH_TOKEN, else undefined. */
+export async function readAuthToken(values: FlagValues): Promise<string | undefined> {
+  const path = stringFlag(values, 'auth-token-file');
+  if (path === undefined) return process.env.SPILLWAY_AUTH_TOKEN || undefined;
+  let text: string;
+  try {
+    text = await readFile(path, 'utf8');
+  } catch (error) {
+    throw new SpillwayError(
+      ErrorCode.InvalidConfig,
+      `--auth-token-file: cannot read ${path}: ${(error as Error).message}`,
+      { flag: 'auth-token-file', file: path },
+      { cause: error },
+    );
+  }
+  const token = (text.split(/\r?\n/)[0] ?? '').trim();
+  if (token === '')
+    throw usageError(`--auth-token-file: ${path} holds no token`, { flag: 'auth-token-file' });
+  return token;
+}
+
+export async function readServerTls(values: FlagValues): Promise<GrpcServerTlsOptions | undefined> {
+  const certPem = await readPem(values, 'tls-cert');
+  const keyPem = await readPem(values, 'tls-key');
+  const requireClientCert = values['tls-require-client-cert'] === true;
+  if ((certPem === undefined) !== (keyPem === undefined)) {
+    throw usageError('--tls-cert and --tls-key go together', { flag: certPem ? 'tls-key' : 'tls-cert' });
+  }
+  if (!certPem || !keyPem) {
+    if (requireClientCert) throw usageError('--tls-require-client-cert needs --tls-cert and --tls-key');
+    return undefined;
+  }
+  const caPem = await readPem(values, 'tls-ca');
+  if (requireClientCert && !caPem) throw usageError('--tls-require-client-cert needs --tls-ca');
+  return { certPem, keyPem, ...(caPem ? { caPem } : {}), requireClientCert };
+}
+
+/** Outbound TLS is on when --tls-ca or --tls-client-cert is given. */
+export async function readClientTls(values: FlagValues): Promise<GrpcClientTlsOptions | undefined> {
+  const caPem = await readPem(values, 'tls-ca');
+  const certPem = await readPem(values, 'tls-client-cert');
+  const keyPem = await readPem(values, 'tls-client-key');
+  const serverNameOverride = stringFlag(values, 'tls-server-name');
+  if ((certPem === undefined) !== (keyPem === undefined)) {
+    throw usageError('--tls-client-cert and --tls-client-key go together', {
+      flag: certPem ? 'tls-client-key' : 'tls-client-cert',
+    });
+  }
+  if (!caPem && !certPem) {
+    if (serverNameOverride !== undefined) throw usageError('--tls-server-name needs --tls-ca');
+    return undefined;
+  }
+  return {
+    ...(caPem ? { caPem } : {}),
+    ...(certPem && keyPem ? { certPem, keyPem } : {}),
+    ...(serverNameOverride !== undefined ? { serverNameOverride } : {}),
+  };
+}
