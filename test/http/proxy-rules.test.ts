@@ -1,0 +1,160 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
+import { compileKeyTemplate } from '../../src/http/rules/key-template.js';
+import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import { compileRoutePattern, normalizeRequestPath } from '../../src/http/rules/route-pattern.js';
+
+describe('route patterns and path normalization', () => {
+  it('matches literals, parameters and a trailing rest', () => {
+    const route = compileRoutePattern('/v1/payments/:id');
+    assert.deepEqual(route.match('/v1/payments/42'), { id: '42' });
+    assert.equal(route.match('/v1/payments'), undefined);
+    assert.equal(route.match('/v1/payments/42/refunds'), undefined);
+    assert.deepEqual(compileRoutePattern('/static/*').match('/static/a/b'), {});
+    assert.deepEqual(compileRoutePattern('/static/*').match('/static'), {});
+    assert.deepEqual(compileRoutePattern('/').match('/'), {});
+    assert.deepEqual(compileRoutePattern('/v1/').match('/v1'), {});
+  });
+
+  it('rejects malformed patterns', () => {
+    for (const bad of ['v1', '/a/*/b', '/a/:', '/a/:id/:id', '/a//b', '/a/x*']) {
+      assert.throws(() => compileRoutePattern(bad), undefined, bad);
+    }
+  });
+
+  it('normalizes the spellings an upstream router would treat as one path', () => {
+    assert.equal(normalizeRequestPath('/v1//payments/./x/../42/?a=1'), '/v1/payments/42');
+    assert.equal(normalizeRequestPath('/v1/%70ayments/%2e%2e/x'), '/v1/x');
+    assert.equal(normalizeRequestPath('/a%2fb'), '/a%2Fb', 'an encoded slash stays a character');
+    assert.equal(normalizeRequestPath('http://example.com/x/y?q'), '/x/y');
+    assert.equal(normalizeRequestPath('/../../etc'), '/etc');
+    assert.equal(normalizeRequestPath(''), '/');
+    assert.equal(normalizeRequestPath('*'), '/');
+  });
+});
+
+describe('key templates', () => {
+  const context = {
+    client: '2001:db8:1:2::/64',
+    method: 'POST',
+    route: '/v1/payments/:id',
+    params: { id: '42' },
+    header: (name: string) => ({ 'x-api-key': 'acme', 'x-evil': 'a}b{c\tdef' })[name],
+  };
+
+  it('renders placeholders', () => {
+    assert.equal(
+      compileKeyTemplate('pay:{method}:{client}:{param:id}:{header:x-api-key}', ['id']).render(context),
+      'pay:POST:2001:db8:1:2::/64:42:acme',
+    );
+    assert.equal(compileKeyTemplate('{route}', []).render(context), '/v1/payments/:id');
+    assert.equal(compileKeyTemplate('fixed', []).render(context), 'fixed');
+  });
+
+  it('hashes unsafe or secret values and renders a missing value as "-"', () => {
+    const unsafe = compileKeyTemplate('k={header:x-evil}', []).render(context);
+    assert.match(unsafe, /^k=h\.[0-9a-f]{16}$/);
+    assert.match(compileKeyTemplate('k={headerHash:x-api-key}', []).render(context), /^k=[0-9a-f]{16}$/);
+    assert.equal(compileKeyTemplate('k={header:x-missing}', []).render(context), 'k=-');
+  });
+
+  it('rejects unknown placeholders and parameters the route does not capture', () => {
+    assert.throws(() => compileKeyTemplate('{nope}', []), /unknown placeholder/);
+    assert.throws(() => compileKeyTemplate('{param:id}', []), /not a parameter/);
+    assert.throws(() => compileKeyTemplate('{header}', []), /bad placeholder/);
+    assert.throws(() => compileKeyTemplate('a{b', []), /unmatched/);
+  });
+});
+
+describe('rules file', () => {
+  const head = 'version: 1\nupstream:\n  url: http://127.0.0.1:9000\nbackend:\n  kind: local\n';
+  const failures: [body: string, message: string][] = [
+    ['buckets:\n  - name: a\n    limit: 1\n', 'r.yaml:7:5: buckets[0].windowSec: is required (number)'],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    burst: 3\n',
+      'r.yaml:10:5: buckets[0]: unknown field "burst" (allowed: name, key, limit, windowSec, mode, cost, match)',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n  - name: a\n    limit: 2\n    windowSec: 1\n',
+      'r.yaml:10:11: buckets[1].name: duplicate bucket name "a" (first at buckets[0])',
+    ],
+    [
+      'buckets:\n  - name: a\n    key: "x={param:id}"\n    limit: 1\n    windowSec: 1\n    match: { prefix: /v1 }\n',
+      'r.yaml:8:10: buckets[0].key: "x={param:id}": {param:id} is not a parameter of the bucket\'s path pattern',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { methods: [get] }\n',
+      'r.yaml:10:24: buckets[0].match.methods[0]: must be an upper-case method name, got "get"',
+    ],
+  ];
+  for (const [body, message] of failures) {
+    it(`reports ${message.split(': ').slice(1).join(': ')}`, () => {
+      assert.throws(
+        () => parseProxyRules(head + body, 'r.yaml'),
+        (error: Error & { code?: string }) => {
+          assert.equal(error.code, 'ERR_SPILLWAY_INVALID_CONFIG');
+          assert.equal(error.message, message);
+          return true;
+        },
+      );
+    });
+  }
+
+  it('reports a bad upstream URL, backend and trusted proxy at their lines', () => {
+    assert.throws(
+      () =>
+        parseProxyRules(
+          'version: 1\nupstream:\n  url: http://x/path\nbackend: { kind: local }\nbuckets: []\n',
+          'r.yaml',
+        ),
+      /^SpillwayError: r\.yaml:3:8: upstream\.url: must be http\(s\):\/\/host\[:port\]/,
+    );
+    assert.throws(
+      () =>
+        parseProxyRules(
+          'version: 1\nupstream: { url: "http://x" }\nbackend: { kind: memcached }\nbuckets: []\n',
+          'r.yaml',
+        ),
+      /r\.yaml:3:\d+: backend\.kind: must be one of "local", "redis", "global", got "memcached"/,
+    );
+    assert.throws(
+      () =>
+        parseProxyRules(
+          'version: 1\nupstream: { url: "http://x" }\nclientAddress:\n  trustedProxies: [10.0.0.0/8, nonsense]\nbackend: { kind: local }\nbuckets: []\n',
+          'r.yaml',
+        ),
+      /r\.yaml:4:32: clientAddress\.trustedProxies\[1\]: "nonsense" is not a CIDR/,
+    );
+  });
+
+  it('fills defaults', () => {
+    const rules = parseProxyRules(`${head}buckets:\n  - name: a\n    limit: 5\n    windowSec: 1\n`);
+    assert.equal(rules.upstream.headersTimeoutMs, 30_000);
+    assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
+    assert.equal(rules.buckets[0]!.config.mode, 'enforce');
+    assert.equal(rules.buckets[0]!.key.source, 'a');
+  });
+});
+
+describe('merging upstream RateLimit fields', () => {
+  const ours = { policy: '"api";q=5;w=60', limit: '"api";r=4;t=12' };
+  it('keeps ours when the upstream sent none', () => {
+    assert.deepEqual(mergeRateLimitFields(ours, { policy: undefined, limit: undefined }), ours);
+  });
+  it('appends ours after an upstream field that does not parse', () => {
+    assert.deepEqual(mergeRateLimitFields(ours, { policy: 'garbage((', limit: 'r=3' }), {
+      policy: 'garbage((, "api";q=5;w=60',
+      limit: 'r=3, "api";r=4;t=12',
+    });
+  });
+  it('keeps distinct policies from both sides', () => {
+    assert.deepEqual(
+      mergeRateLimitFields(ours, { policy: 'daily;q=1000;w=86400', limit: 'daily;r=10;t=100' }),
+      {
+        policy: 'daily;q=1000;w=86400, "api";q=5;w=60',
+        limit: 'daily;r=10;t=100, "api";r=4;t=12',
+      },
+    );
+  });
+});
