@@ -30,7 +30,8 @@ export interface AutoTuneResult {
 
 export interface AutoTuner {
   start(): void;
-  stop(): void;
+  /** Stops the timer; resolves when a run in flight has finished (close the store after this). */
+  stop(): Promise<void>;
   /** Run now if today's run has not happened yet (the timer calls this). Never rejects. */
   runIfDue(): Promise<AutoTuneResult>;
 }
@@ -122,10 +123,11 @@ export function createAutoTuner(options: AutoTunerOptions): AutoTuner {
       void runIfDue();
       schedule();
     },
-    stop() {
+    async stop() {
       running = false;
       timer?.cancel();
       timer = undefined;
+      await inFlight;
     },
     runIfDue,
   };

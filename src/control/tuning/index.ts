@@ -22,3 +22,5 @@ export type {
 export { DEFAULT_TUNING, proposeLimits, quantileIndex, roundLimit } from './propose-limits.js';
 export type { SqliteHistoryStoreOptions } from './sqlite-history-store.js';
 export { createSqliteHistoryStore } from './sqlite-history-store.js';
+export type { TuningSuggestionsOptions, TuningSuggestionView } from './tuning-suggestions.js';
+export { createTuningSuggestions } from './tuning-suggestions.js';
