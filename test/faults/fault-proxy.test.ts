@@ -52,14 +52,20 @@ describe('fault proxy', () => {
     await new Promise<void>((resolve) => echo.close(() => resolve()));
   });
 
-  it('passes, blackholes, delays and resets, switched at runtime', async () => {
+  it('passes, blackholes, drops, delays and resets, switched at runtime', async () => {
     const socket = await connect(proxy.address);
     assert.equal(await roundTrip(socket, 'a', 2_000), 'a');
 
     proxy.setMode('blackhole');
     assert.equal(await roundTrip(socket, 'b', 300), 'timeout', 'nothing crosses a partition');
+    const late = new Promise<string>((resolve) => socket.once('data', (data) => resolve(data.toString())));
+    proxy.setMode('pass');
+    assert.equal(await late, 'b', 'a healed partition delivers what was held');
 
-    // Swallowed bytes stay lost; the connection itself survives the partition.
+    proxy.setMode('drop');
+    assert.equal(await roundTrip(socket, 'x', 300), 'timeout', 'nothing crosses');
+
+    // Dropped bytes stay lost; the connection itself survives.
     proxy.setMode('delay', { delayMs: 250 });
     const startedMs = performance.now();
     assert.equal(await roundTrip(socket, 'c', 3_000), 'c');

@@ -5,16 +5,16 @@ import { createConnection, createServer, type Server, type Socket } from 'node:n
  * switchable at runtime without restarting either side.
  *
  * - `pass`: bytes flow both ways untouched.
- * - `blackhole`: connections stay open but nothing is forwarded either way (a partition as TCP
- *   sees it: no RST, no FIN; callers only learn from their own deadlines). New connections are
- *   accepted and held too.
+ * - `blackhole`: a partition as TCP sees it: connections stay open (no RST, no FIN) and nothing
+ *   crosses either way; callers only learn from their own deadlines. Bytes are held, not lost
+ *   (reading pauses, as TCP keeps retransmitting), and flow again when the mode changes: a
+ *   partition that heals. New connections are accepted and held too.
+ * - `drop`: like `blackhole`, but the bytes are discarded for good (a middlebox eating traffic):
+ *   protocol state on both ends is lost, so only the endpoints' own liveness checks recover.
  * - `delay`: every chunk is forwarded after `delayMs` in each direction (order kept).
  * - `reset`: every open connection is destroyed (RST) and new ones are reset on accept.
- *
- * Leaving `blackhole` flushes nothing that was swallowed: the bytes are gone, as in a real
- * partition, so gRPC streams caught in it fail by deadline and the client reconnects.
  */
-export type FaultMode = 'pass' | 'blackhole' | 'delay' | 'reset';
+export type FaultMode = 'pass' | 'blackhole' | 'drop' | 'delay' | 'reset';
 
 export interface FaultProxy {
   /** `127.0.0.1:<port>` to give the client side. */
@@ -48,7 +48,7 @@ export async function startFaultProxy(
 
   const forward = (from: Socket, to: Socket) => {
     from.on('data', (chunk: Buffer) => {
-      if (currentMode === 'blackhole' || currentMode === 'reset') return;
+      if (currentMode === 'drop' || currentMode === 'reset') return;
       if (currentMode === 'delay' && currentDelayMs > 0) {
         setTimeout(() => {
           if (!to.destroyed) to.write(chunk);
@@ -70,6 +70,10 @@ export async function startFaultProxy(
     pairs.add(pair);
     forward(client, upstream);
     forward(upstream, client);
+    if (currentMode === 'blackhole') {
+      client.pause();
+      upstream.pause();
+    }
     const end = () => {
       pairs.delete(pair);
       if (!client.destroyed) client.destroy();
@@ -78,7 +82,7 @@ export async function startFaultProxy(
     // A closed side closes the other, unless partitioned: a partition hides even the FIN (the
     // half-dead pair is kept until a reset or close() ends it).
     const closeOther = () => {
-      if (currentMode !== 'blackhole') end();
+      if (currentMode !== 'blackhole' && currentMode !== 'drop') end();
     };
     client.on('close', closeOther);
     upstream.on('close', closeOther);
@@ -108,6 +112,15 @@ export async function startFaultProxy(
     setMode(next: FaultMode, options: { delayMs?: number } = {}) {
       currentMode = next;
       if (options.delayMs !== undefined) currentDelayMs = options.delayMs;
+      for (const pair of pairs) {
+        if (next === 'blackhole') {
+          pair.client.pause();
+          pair.upstream.pause();
+        } else {
+          pair.client.resume();
+          pair.upstream.resume();
+        }
+      }
       if (next === 'reset') {
         for (const pair of pairs) {
           pair.client.resetAndDestroy();
