@@ -34,6 +34,11 @@ export const subcommands: Record<string, Subcommand> = {
     summary: 'run a sidecar reverse proxy that rate limits requests before forwarding them upstream',
     load: () => import('./proxy.js'),
   },
+  tune: {
+    summary:
+      'propose limits from recorded peaks (quantile of daily peaks x headroom); --apply writes opted-in ones',
+    load: () => import('./tune.js'),
+  },
 };
 
 export function helpText(): string {

@@ -1,0 +1,108 @@
+import { loadLimitsConfig } from '../config/limits-config.js';
+import { AUTO_TUNE_MARKER } from '../control/tuning/auto-tuner.js';
+import { formatProposals } from '../control/tuning/format-proposals.js';
+import { dayStartOf, type HistoryStore, utcDate } from '../control/tuning/history-store.js';
+import { type LimitChange, writeLimitsFile } from '../control/tuning/limits-file-writer.js';
+import { proposeLimits } from '../control/tuning/propose-limits.js';
+import { createSqliteHistoryStore } from '../control/tuning/sqlite-history-store.js';
+import { isSpillwayError } from '../core/errors.js';
+import { type CommandSpec, numberFlag, runCommand, stringFlag, usageError } from './command-line.js';
+
+export const spec: CommandSpec = {
+  name: 'tune',
+  summary:
+    'Propose limits from the peaks a controller recorded (--history): per bucket, a high quantile of ' +
+    'the daily peaks of offered load x (1 + headroom), clamped; each proposal with its explanation. ' +
+    'With --apply, buckets with `tuning.auto: true` get their new limits written to the limits file.',
+  flags: {
+    history: {
+      type: 'string',
+      valueName: 'path.sqlite',
+      description: "the controller's history file (controller --history)",
+      required: true,
+    },
+    config: { type: 'string', valueName: 'limits.yaml', description: 'the limits file', required: true },
+    weeks: { type: 'string', valueName: 'n', description: 'weeks of daily peaks to read', defaultText: '4' },
+    'min-days': {
+      type: 'string',
+      valueName: 'n',
+      description: 'fewer days with data than this: no proposal',
+      defaultText: '7',
+    },
+    apply: {
+      type: 'boolean',
+      description: "write the opted-in (tuning.auto) buckets' proposals to the limits file, atomically",
+    },
+    force: {
+      type: 'boolean',
+      description: 'with --apply: apply even if tuning was already applied today (another daily step)',
+    },
+    json: { type: 'boolean', description: 'print the proposals as JSON instead of a table' },
+  },
+  notes: [
+    'Only buckets whose rule sets `tuning: { auto: true }` are written; the others are shown for review',
+    '(accept them on the dashboard or edit the file). Comments and layout of the file are kept; the running',
+    'controller reloads it. Apply at most once a day: maxChangePerDay bounds each application.',
+    'Exit codes: 0 done (proposals or not), 2 usage, limits file or history file errors.',
+    'Example: spillway tune --history /var/lib/spillway/history.sqlite --config limits.yaml --apply',
+  ],
+};
+
+export function run(argv: string[]): Promise<number> {
+  return runCommand(spec, argv, async (values) => {
+    const historyPath = stringFlag(values, 'history')!;
+    const configPath = stringFlag(values, 'config')!;
+    const weeks = numberFlag(values, 'weeks', 4, { min: 1, integer: true });
+    if (weeks > 52) throw usageError(`--weeks must be at most 52, got ${weeks}`, { flag: 'weeks' });
+    const minDays = numberFlag(values, 'min-days', 7, { min: 1, integer: true });
+    const apply = values.apply === true;
+    const json = values.json === true;
+    if (values.force === true && !apply)
+      throw usageError('--force only makes sense with --apply', { flag: 'force' });
+
+    const config = await loadLimitsConfig(configPath);
+    let store: HistoryStore;
+    try {
+      // Read-only unless applying: tuning a copy of the file, or one the controller owns, writes nothing.
+      store = createSqliteHistoryStore({ path: historyPath, readonly: !apply });
+    } catch (error) {
+      throw usageError(`--history: ${isSpillwayError(error) ? error.message : String(error)}`, {
+        flag: 'history',
+      });
+    }
+    try {
+      const nowMs = Date.now();
+      const proposals = proposeLimits(store, config, nowMs, { weeks, minDays });
+      const changes: LimitChange[] = proposals
+        .filter((p) => p.action === 'apply')
+        .map((p) => ({ bucket: p.bucket, limitRps: p.proposedLimitRps }));
+      let applied: LimitChange[] = [];
+      let note: string | undefined;
+      if (apply) {
+        const todayMs = dayStartOf(nowMs);
+        if (store.getMarker(AUTO_TUNE_MARKER) === todayMs && values.force !== true) {
+          note = `tuning was already applied today (${utcDate(todayMs)}, UTC); nothing written (--force applies another step)`;
+        } else {
+          if (changes.length > 0) await writeLimitsFile(configPath, changes);
+          store.setMarker(AUTO_TUNE_MARKER, todayMs);
+          applied = changes;
+          note =
+            changes.length > 0
+              ? `wrote ${changes.length} new limit${changes.length === 1 ? '' : 's'} to ${configPath}`
+              : 'no opted-in bucket has a change to apply; file unchanged';
+        }
+      }
+      if (json) {
+        process.stdout.write(
+          `${JSON.stringify({ generatedAtMs: nowMs, weeks, minDays, apply, applied, note: note ?? null, proposals }, null, 2)}\n`,
+        );
+      } else {
+        process.stdout.write(formatProposals(proposals));
+        if (note) process.stdout.write(`${note}\n`);
+      }
+      return 0;
+    } finally {
+      store.close();
+    }
+  });
+}
