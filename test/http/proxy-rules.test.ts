@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
 import { compileKeyTemplate } from '../../src/http/rules/key-template.js';
-import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import { loadProxyRules, parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import { compileRoutePattern, normalizeRequestPath } from '../../src/http/rules/route-pattern.js';
 
 describe('route patterns and path normalization', () => {
@@ -125,6 +125,14 @@ describe('rules file', () => {
           'r.yaml',
         ),
       /r\.yaml:4:32: clientAddress\.trustedProxies\[1\]: "nonsense" is not a CIDR/,
+    );
+  });
+
+  it('examples/proxy-rules.yaml is valid', async () => {
+    const rules = await loadProxyRules(new URL('../../examples/proxy-rules.yaml', import.meta.url).pathname);
+    assert.deepEqual(
+      rules.buckets.map((b) => b.config.name),
+      ['per-caller', 'payments', 'anonymous', 'search-trial'],
     );
   });
 
