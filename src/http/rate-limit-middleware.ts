@@ -5,7 +5,12 @@ import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import type { GlobalLimiter } from '../global/global-limiter.js';
 import { createClientAddressResolver } from './client-address.js';
 import { type EdgeLimiter, toEdgeLimiter } from './limiter-adapter.js';
-import { type RateLimitPolicy, rateLimitHeaders, retryAfterSeconds } from './rate-limit-headers.js';
+import {
+  formatRateLimit,
+  formatRateLimitPolicy,
+  type RateLimitPolicy,
+  retryAfterSeconds,
+} from './rate-limit-headers.js';
 
 /**
  * The framework-neutral body of the Express and Fastify middleware (src/http/express,
@@ -256,9 +261,13 @@ export function createRateLimitMiddleware<Req, Res>(
     reject(decision, req, res);
   }
 
+  const rateLimitField = createRateLimitField(policy);
+  const policyField = formatRateLimitPolicy([policy]);
+
   function writeHeaders(res: Res, decision: Decision): void {
-    const fields = rateLimitHeaders([{ policy, decision }], clock.nowMs());
-    for (const name in fields) adapter.setHeader(res, name, fields[name]!);
+    adapter.setHeader(res, 'RateLimit-Policy', policyField);
+    const field = rateLimitField(decision, clock.nowMs());
+    if (field !== undefined) adapter.setHeader(res, 'RateLimit', field);
   }
 
   function reject(decision: Decision, req: Req, res: Res): void {
@@ -348,6 +357,39 @@ export function createRateLimitMiddleware<Req, Res>(
   }
 
   return { run, stats, clientAddress, sync: edge.kind === 'sync' };
+}
+
+/**
+ * The `RateLimit` field of one policy's decision, exactly as `rateLimitHeaders` writes it (a
+ * property test holds them equal), without its per-call arrays and objects: the field is rebuilt
+ * only when the rounded remaining or reset changes, which for the global limiter (remaining is the
+ * bucket's limit, reset now) is once per directive. `undefined` for a decision with no count
+ * (`limit: 0`, the global limiter before its first directive).
+ */
+export function createRateLimitField(
+  policy: RateLimitPolicy,
+): (decision: Decision, nowMs: number) => string | undefined {
+  let lastRemaining = Number.NaN;
+  let lastResetSec = Number.NaN;
+  let lastField = '';
+  return (decision, nowMs) => {
+    let resetMs = Math.max(0, decision.resetAtMs - nowMs);
+    let remaining = 0;
+    if (!decision.allowed) {
+      resetMs = Math.max(resetMs, retryAfterSeconds(Math.max(0, decision.retryAfterMs)) * 1000);
+    } else {
+      if (decision.limit === 0) return undefined;
+      remaining = Math.floor(Math.min(Math.max(0, decision.remaining), policy.limit));
+    }
+    // The same rounding as the shared formatter: remaining down, reset up (float noise forgiven).
+    const resetSec = Math.ceil(resetMs / 1000 - 1e-9);
+    if (remaining !== lastRemaining || resetSec !== lastResetSec) {
+      lastField = formatRateLimit([{ name: policy.name, remaining, resetSec }]);
+      lastRemaining = remaining;
+      lastResetSec = resetSec;
+    }
+    return lastField;
+  };
 }
 
 function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
