@@ -92,10 +92,14 @@ function seedHistory(history) {
   if (history.versions.length > 0) state.lastVersion = history.versions[history.versions.length - 1];
 }
 
-function applyView(view) {
+/**
+ * Shows a view; `record` (tick events only) also appends it to the charts. A view fetched between
+ * ticks carries the fetch time, not the tick's, so it is shown but never plotted.
+ */
+function applyView(view, { record }) {
   state.view = view;
   state.events++;
-  if (view.controller.version > state.lastVersion) {
+  if (record && view.controller.version > state.lastVersion) {
     state.lastVersion = view.controller.version;
     const t = view.controller.nowMs / 1000;
     for (const b of view.buckets) {
@@ -118,7 +122,7 @@ function render(view) {
   const c = view.controller;
   $('controller-id').textContent = c.id;
   $('epoch').textContent = new Date(c.epoch).toLocaleString();
-  $('version').textContent = String(c.version);
+  $('version').textContent = String(c.ticks);
   $('interval').textContent = `${c.intervalMs} ms`;
   $('policy').textContent = Object.entries(c.ratioPolicy)
     .map(([k, v]) => (k === 'kind' ? v : `${k}=${v}`))
@@ -218,7 +222,15 @@ function createChart(key) {
     [[], [], [], [], [], []],
     plotHolder,
   );
-  const chart = { card, plot };
+  const chart = { card, plot, hovered: false };
+  // The legend shows the point under the cursor, and the latest values otherwise.
+  plot.over.addEventListener('mouseenter', () => {
+    chart.hovered = true;
+  });
+  plot.over.addEventListener('mouseleave', () => {
+    chart.hovered = false;
+    showLatest(chart);
+  });
   state.charts.set(key, chart);
   return chart;
 }
@@ -238,7 +250,13 @@ function renderCharts(view) {
     chart.card.querySelector('.chart-mode').replaceChildren(modeBadge(b.mode));
     const s = seriesFor(b.key);
     chart.plot.setData([s.t, s.offered, s.admitted, s.limit, s.wouldDrop, s.dropRatio]);
+    if (!chart.hovered) showLatest(chart);
   }
+}
+
+function showLatest(chart) {
+  const points = chart.plot.data[0].length;
+  if (points > 0) chart.plot.setLegend({ idx: points - 1 });
 }
 
 window.addEventListener('resize', () => {
@@ -403,8 +421,8 @@ async function act(path, body) {
         ? ''
         : `${name} ${result.before[name]} → ${result.after[name]}`;
     const what = [change('mode'), change('limitRps')].filter(Boolean).join(', ') || 'no change';
-    showAction('done', `${result.rule}: ${what} (in force from tick ${result.appliesFromVersion})`);
-    applyView(await (await fetch('/api/snapshot')).json());
+    showAction('done', `${result.rule}: ${what} (in force from version ${result.appliesFromVersion})`);
+    applyView(await (await fetch('/api/snapshot')).json(), { record: false });
     if (path.includes('tuning')) await refreshTuning();
   } catch (error) {
     showAction('error', String(error.message ?? error));
@@ -493,9 +511,14 @@ function takeTokenFromFragment() {
 function connect() {
   const source = new EventSource('/api/stream');
   source.addEventListener('open', () => setConnection('ok', 'live'));
+  // `snapshot` once on connect (the view now), then `tick` after every controller tick.
+  source.addEventListener('snapshot', (event) => {
+    setConnection('ok', 'live');
+    applyView(JSON.parse(event.data), { record: false });
+  });
   source.addEventListener('tick', (event) => {
     setConnection('ok', 'live');
-    applyView(JSON.parse(event.data));
+    applyView(JSON.parse(event.data), { record: true });
   });
   source.addEventListener('error', () => {
     // EventSource reconnects on its own (after the server's `retry`); a 503 (too many viewers) closes it.

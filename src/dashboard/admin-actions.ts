@@ -24,9 +24,10 @@ export interface AdminActionResult {
   before: RuleValues;
   after: RuleValues;
   /**
-   * The controller version (tick count) whose directives first carry the change: the next tick, so
-   * the change is in force at the controller within one interval. Hosts apply it with the reply to
-   * their next report after that tick.
+   * The controller version whose directives first carry the change: its next ratio computation
+   * (the next tick, or with a stateless ratio policy the next report of the bucket), so the change
+   * is in force at the controller within one interval. Every directive of an earlier version has
+   * the old values. Hosts apply it with the reply to their next report after that computation.
    */
   appliesFromVersion: number;
   suggestionId?: string;

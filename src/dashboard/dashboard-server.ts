@@ -76,7 +76,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     maxClients: options.maxStreamClients ?? 32,
     heartbeatMs: options.heartbeatMs ?? 15_000,
   });
-  let lastVersion = -1;
+  let lastTicks = -1;
 
   const view = (): DashboardView =>
     buildDashboardView(controller.snapshot(), overrides.rules(), adminToken !== undefined, options.view);
@@ -137,8 +137,9 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
             maxClients: options.maxStreamClients ?? 32,
           });
         }
-        // The page draws at once instead of waiting up to an interval for the next tick.
-        response.write(`event: tick\ndata: ${JSON.stringify(view())}\n\n`);
+        // The page draws at once instead of waiting up to an interval for the next tick. Its own
+        // event name: it is the view now, not a tick (charts plot ticks only).
+        response.write(`event: snapshot\ndata: ${JSON.stringify(view())}\n\n`);
         return;
       case '/api/admin/check':
         allow(method, ['GET']);
@@ -223,9 +224,9 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     url: `http://${address}/`,
     onTick() {
       const current = view();
-      // Several timers may fire per tick; one event per controller version.
-      if (current.controller.version === lastVersion) return;
-      lastVersion = current.controller.version;
+      // One event per controller tick, however many timers fire.
+      if (current.controller.ticks === lastTicks) return;
+      lastTicks = current.controller.ticks;
       history.add(current);
       stream.publish('tick', current);
     },

@@ -34,7 +34,10 @@ export interface DashboardView {
   controller: {
     id: string;
     epoch: number;
+    /** Bumped by every ratio computation (ticks, and reports under a stateless policy); directives carry it. */
     version: number;
+    /** Ticks so far in this epoch. */
+    ticks: number;
     nowMs: number;
     intervalMs: number;
     ratioPolicy: RatioPolicySpec;
@@ -90,6 +93,7 @@ export function buildDashboardView(
       id: snapshot.id,
       epoch: snapshot.epoch,
       version: snapshot.version,
+      ticks: snapshot.counters.ticks,
       nowMs: snapshot.nowMs,
       intervalMs: snapshot.intervalMs,
       ratioPolicy: snapshot.ratioPolicy,

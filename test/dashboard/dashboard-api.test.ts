@@ -182,10 +182,13 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
 
   it('GET /api/stream sends the current view at once, then one event per controller tick', async () => {
     const events = await readEvents(`${base}api/stream`, 3, 15_000);
-    assert.ok(events.every((e) => e.event === 'tick'));
-    const versions = events.map((e) => (JSON.parse(e.data) as DashboardView).controller.version);
-    assert.equal(versions[1], versions[0]! + 1, `consecutive ticks: ${versions}`);
-    assert.equal(versions[2], versions[1]! + 1, `consecutive ticks: ${versions}`);
+    assert.deepEqual(
+      events.map((e) => e.event),
+      ['snapshot', 'tick', 'tick'],
+    );
+    const ticks = events.map((e) => (JSON.parse(e.data) as DashboardView).controller.ticks);
+    assert.equal(ticks[1], ticks[0]! + 1, `consecutive ticks: ${ticks}`);
+    assert.equal(ticks[2], ticks[1]! + 1, `consecutive ticks: ${ticks}`);
     const first = JSON.parse(events[0]!.data) as DashboardView;
     assert.ok(first.buckets.some((b) => b.key === SHADOW));
   });
@@ -298,7 +301,7 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
     assert.ok(view.rules.every((r) => r.override === undefined));
   });
 
-  it('flip shadow -> enforce: directives from the next tick on carry it, the host starts dropping, audited', async () => {
+  it('flip shadow -> enforce: directives from the next computation on carry it, the host starts dropping, audited', async () => {
     // The host holds shadow directives and drops nothing on the shadow bucket.
     await waitFor('a shadow directive at the host', async () =>
       hostBucket(SHADOW)?.mode === 'shadow' && hostBucket(SHADOW)!.wouldDrop > 0 ? true : undefined,
@@ -317,8 +320,8 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
       hostBucket(SHADOW)?.mode === 'enforce' ? true : undefined,
     );
     const elapsedMs = performance.now() - startedAt;
-    // What the host received, by the version (tick) of the controller that computed it: every
-    // directive up to the change's tick was shadow, every one from the next tick on is enforce.
+    // What the host received, by the controller version that computed it: every directive before
+    // the change's version was shadow, every one from it on is enforce.
     const search = received.filter((d) => d.bucket === SHADOW);
     for (const d of search) {
       const expected = d.version >= result.appliesFromVersion ? Mode.ENFORCE : Mode.SHADOW;
@@ -358,7 +361,7 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
     assert.deepEqual(rule.file, { mode: 'shadow', limitRps: 50 });
   });
 
-  it('limit change: directives from the next tick on carry the new limit', async () => {
+  it('limit change: directives from the next computation on carry the new limit', async () => {
     const response = await admin('api/admin/limit', { rule: ENFORCE, limitRps: 40 });
     assert.equal(response.status, 200);
     const result = (await response.json()) as AdminActionResult;

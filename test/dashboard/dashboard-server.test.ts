@@ -141,9 +141,14 @@ describe('dashboard server (in process, manual clock)', () => {
     server.onTick(); // a second call for the same version is not a second event
     report({ a: 50, b: 30, c: 1 });
     clock.advance(1000);
-    const events = (await pending).map((e) => JSON.parse(e.data) as DashboardView);
+    const received = await pending;
     assert.deepEqual(
-      events.map((e) => e.controller.version),
+      received.map((e) => e.event),
+      ['snapshot', 'tick', 'tick'],
+    );
+    const events = received.map((e) => JSON.parse(e.data) as DashboardView);
+    assert.deepEqual(
+      events.map((e) => e.controller.ticks),
       [0, 1, 2],
     );
     const last = events[2]!;
@@ -165,7 +170,8 @@ describe('dashboard server (in process, manual clock)', () => {
       versions: number[];
       buckets: Record<string, { offeredRps: (number | null)[] }>;
     };
-    assert.deepEqual(history.versions, [3, 4, 5]);
+    assert.equal(history.versions.length, 3);
+    assert.ok(history.versions[0]! < history.versions[1]! && history.versions[1]! < history.versions[2]!);
     assert.deepEqual(history.buckets.a!.offeredRps, [10, 20, 30]);
   });
 
