@@ -152,7 +152,9 @@ interface Group {
   limitRps: number;
   mode: Mode;
   computed: boolean;
-  /** Built on first request after a tick, shared by every reply until the next tick. */
+  /** `version` when the ratio was last computed; directives carry it. */
+  version: number;
+  /** Built on first request after a computation, shared by every reply until the next one. */
   directive: Directive | undefined;
 }
 
@@ -171,6 +173,9 @@ interface ChildUsage {
   offeredRps: number;
   admittedRps: number;
   wouldDropRps: number;
+  /** The group this usage is summed into (undefined: not counted yet) and the cap scale it got. */
+  countedIn: Group | undefined;
+  countedScale: number;
 }
 
 interface ChildState {
@@ -192,6 +197,13 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * is its current rate (count / its own window length, so clocks never need to agree). Every
  * interval, `tick()` sums OFFERED rates over fresh children per bucket (per zone for zone-scoped
  * buckets) and asks the ratio policy for a drop ratio. Replies carry the latest ratios.
+ *
+ * With a stateless ratio policy (the default, `plain`) a report also replaces the child's part of
+ * the sums of its buckets and recomputes their ratios at once, so the reply to that report already
+ * reflects it: an aggregator's forward gets a ratio from its own fresh sums instead of the last
+ * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). Ticks still resum
+ * everything from scratch (expiry, cap, float drift). A stateful policy computes only at ticks:
+ * its memory advances once per interval.
  *
  * Concurrency: everything is synchronous; `handleReport` never awaits, so a report and a tick never
  * interleave. Memory: bounded by maxChildren × (buckets per report) plus maxBuckets.
@@ -219,6 +231,8 @@ export function createController(options: ControllerOptions): Controller {
   const instances = new Map<string, number>();
   const unknownKeys = new Set<string>();
   let version = 0;
+  /** The reporter cap's per-bucket bounds from the last tick, for sums updated between ticks. */
+  let tickCaps: Map<BucketState, number> | undefined;
   let timer: Cancellable | undefined;
   let running = false;
   let capacityWarned = false;
@@ -247,6 +261,7 @@ export function createController(options: ControllerOptions): Controller {
       limitRps: resolved.limitRps,
       mode: toMode(resolved.mode),
       computed: false,
+      version: 0,
       directive: undefined,
     };
   }
@@ -352,6 +367,7 @@ export function createController(options: ControllerOptions): Controller {
     if (child.sequences.has(request.sequence)) {
       counters.duplicateReports++;
     } else {
+      const previousUsage = child.usage;
       child.sequences.add(request.sequence);
       child.tier = request.tier;
       child.zone = request.zone;
@@ -371,9 +387,12 @@ export function createController(options: ControllerOptions): Controller {
           offeredRps: entry.offered * perSecond,
           admittedRps: entry.admitted * perSecond,
           wouldDropRps: entry.wouldDrop * perSecond,
+          countedIn: undefined,
+          countedScale: 1,
         });
       }
       child.usage = usage;
+      if (policy.stateless) recomputeOnReport(child, previousUsage);
     }
     return create(ReportResponseSchema, {
       directives: directivesFor(child),
@@ -397,7 +416,7 @@ export function createController(options: ControllerOptions): Controller {
         limitRps: group.limitRps,
         offeredRps: group.offeredRps,
         epoch: epochBig,
-        version: BigInt(version),
+        version: BigInt(group.version),
         ttlMs: limits.config.ttlMs,
       });
       out.push(group.directive);
@@ -417,6 +436,49 @@ export function createController(options: ControllerOptions): Controller {
     group.admittedRps += usage.admittedRps * scale;
     group.wouldDropRps += usage.wouldDropRps * scale;
     group.children++;
+    usage.countedIn = group;
+    usage.countedScale = scale;
+  }
+
+  function subtractFrom(group: Group, usage: ChildUsage): void {
+    const scale = usage.countedScale;
+    // max(0, ...): float sums must not go below zero between the ticks that resum them.
+    group.offeredRps = Math.max(0, group.offeredRps - usage.offeredRps * scale);
+    group.admittedRps = Math.max(0, group.admittedRps - usage.admittedRps * scale);
+    group.wouldDropRps = Math.max(0, group.wouldDropRps - usage.wouldDropRps * scale);
+    group.children--;
+    usage.countedIn = undefined;
+  }
+
+  /**
+   * Swap a child's previous usage for its new one in the sums of the groups that already have a
+   * ratio, and recompute those ratios now. Groups not computed yet (new buckets and zones, groups
+   * reset by a reload) wait for the tick: a first directive reflects every child.
+   */
+  function recomputeOnReport(child: ChildState, previousUsage: readonly ChildUsage[]): void {
+    const touched = new Map<Group, BucketState>();
+    for (const usage of previousUsage) {
+      const group = usage.countedIn;
+      if (group === undefined || usage.bucket.removed || !group.computed) continue;
+      subtractFrom(group, usage);
+      touched.set(group, usage.bucket);
+    }
+    for (const usage of child.usage) {
+      const bucket = usage.bucket;
+      const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
+      if (group === undefined || !group.computed) continue;
+      const cap = tickCaps?.get(bucket);
+      let scale = 1;
+      if (cap !== undefined) {
+        scale = clipScale(usage.offeredRps, child.hostCount, cap);
+        if (scale < 1) counters.clippedUsages++;
+      }
+      addTo(group, usage, scale);
+      touched.set(group, bucket);
+    }
+    if (touched.size === 0) return;
+    version++;
+    for (const [group, bucket] of touched) compute(group, bucket.resolved);
   }
 
   /** Per-host bound of each bucket this tick, from every fresh child's per-host rate. */
@@ -448,6 +510,7 @@ export function createController(options: ControllerOptions): Controller {
     input.limitRps = resolved.limitRps;
     group.dropRatio = policy.nextDropRatio(group.policyState, input);
     group.computed = true;
+    group.version = version;
     group.directive = undefined;
   }
 
@@ -459,6 +522,7 @@ export function createController(options: ControllerOptions): Controller {
       if (bucket.zones) for (const group of bucket.zones.values()) resetGroup(group);
     }
     const caps = reporterCap ? reporterCaps(reporterCap) : undefined;
+    tickCaps = caps;
     for (const child of children.values()) {
       for (const usage of child.usage) {
         const bucket = usage.bucket;

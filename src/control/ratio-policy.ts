@@ -22,19 +22,25 @@ export interface RatioInput {
  */
 export interface RatioPolicy<S = unknown> {
   readonly spec: RatioPolicySpec;
+  /**
+   * The ratio depends on this input alone (no memory): the controller may recompute it whenever
+   * fresher sums arrive, i.e. on every report, not only at ticks.
+   */
+  readonly stateless?: boolean;
   createState(): S;
   /** The ratio for this tick, in [0, 1]. May update `state` in place; must not keep `input` (it is reused). */
   nextDropRatio(state: S, input: RatioInput): number;
 }
 
 /**
- * The default, chosen by measurement (docs/control-plane.md, bench/results/control.md): the plain
- * ratio plus an integral correction on the admitted-vs-limit error, no smoothing of offered. It
- * removes the steady-state error the plain ratio keeps whenever the loop is not ideal (ramps,
- * bursty load, hosts that do not apply directives), answers a step as fast as plain (smoothing
- * offered slows that down), and costs about 0.4 points of RMS error on pure Poisson load.
+ * The default, chosen by measurement in the fleet simulator (docs/accuracy.md): the plain ratio.
+ * In a host -> aggregator -> controller tree the `corrected` integral sees the admitted rate about
+ * three intervals after the ratio that produced it, winds up, and overcorrects after every change
+ * (3x step: back within 5% in 12.6 s instead of 4.8 s, -14% steady error); its gain in the small
+ * closed loop of docs/control-plane.md (hosts that ignore directives, ramps) does not carry over.
+ * Plain is also stateless, so the controller recomputes it on every report (controller.ts).
  */
-export const DEFAULT_RATIO_POLICY: RatioPolicySpec = { kind: 'corrected', gain: 0.2, maxCorrection: 0.5 };
+export const DEFAULT_RATIO_POLICY: RatioPolicySpec = { kind: 'plain' };
 
 export function createRatioPolicy(spec: RatioPolicySpec = DEFAULT_RATIO_POLICY): RatioPolicy {
   switch (spec.kind) {
@@ -55,6 +61,7 @@ export function createRatioPolicy(spec: RatioPolicySpec = DEFAULT_RATIO_POLICY):
 export function plainRatioPolicy(): RatioPolicy<null> {
   return {
     spec: { kind: 'plain' },
+    stateless: true,
     createState: () => null,
     nextDropRatio: (_state, input) => computeDropRatio(input.offeredRps, input.limitRps),
   };

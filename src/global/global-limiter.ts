@@ -38,6 +38,13 @@ export interface GlobalLimiterOptions {
   maxKeyLength?: number;
   /** Host-local spike cap sized from the last directive. Default false (off). */
   burstGuard?: BurstGuardOptions | false;
+  /**
+   * Between directives, scale a fresh directive's drop ratio by how this host's own offered rate
+   * moved since the window the directive covers, when the move is beyond Poisson noise
+   * (src/global/local-rescale.ts): a fleet-wide spike is cut at each host's next report tick
+   * instead of two to three intervals later. Default true (chosen in docs/accuracy.md).
+   */
+  localRescale?: boolean;
   /** Mode of a bucket before its first directive (ratio 0 either way). Default 'enforce'. */
   defaultMode?: BucketMode;
   logger?: GlobalLimiterLogger;
@@ -116,6 +123,8 @@ export const DEFAULT_MAX_BUCKETS = 10_000;
 export const DEFAULT_GLOBAL_MAX_KEY_LENGTH = 256;
 export const DEFAULT_MAX_BUCKETS_PER_REPORT = 5_000;
 export const DEFAULT_IDLE_EXPIRY_MS = 60_000;
+/** Measured with the fleet simulator (docs/accuracy.md). */
+export const DEFAULT_LOCAL_RESCALE = true;
 
 class GlobalLimiterImpl implements GlobalLimiter {
   readonly #map: Map<string, Bucket>;
@@ -237,6 +246,9 @@ export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimite
   if (defaultMode !== 'enforce' && defaultMode !== 'shadow') {
     throw invalidOption('defaultMode', "defaultMode must be 'enforce' or 'shadow'");
   }
+  if (options.localRescale !== undefined && typeof options.localRescale !== 'boolean') {
+    throw invalidOption('localRescale', 'localRescale must be a boolean');
+  }
   for (const field of ['zone', 'region'] as const) {
     const value = options[field];
     if (value !== undefined && typeof value !== 'string')
@@ -261,6 +273,7 @@ export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimite
       return defaultPolicy;
     },
     burstGuard,
+    localRescale: options.localRescale ?? DEFAULT_LOCAL_RESCALE,
     intervalMs: currentIntervalMs,
     defaultShadow: defaultMode === 'shadow',
   };

@@ -250,7 +250,11 @@ export class Reporter {
       }
       // The rate the controller will see from this host; a window cut short by a flush is too
       // short to measure one, and would size the burst guard from noise.
-      if (measuresRate) bucket.measuredOfferedRps((bucket.pendingOffered * 1000) / spanMs);
+      if (measuresRate) {
+        bucket.measuredOfferedRps((bucket.pendingOffered * 1000) / spanMs);
+        // Local rescale follows the host's newest rate even if the reply brings no newer directive.
+        if (bucket.hasDirective && bucket.context.localRescale) bucket.refresh(nowMs);
+      }
       usage.push(
         create(BucketUsageSchema, {
           bucket: bucket.key,

@@ -17,6 +17,8 @@ export interface SpillwayFleetTuning {
   ratioPolicy?: RatioPolicySpec;
   /** Burst guard of the `guard` variant (default: the data plane's defaults). */
   burstGuard?: BurstGuardOptions;
+  /** Local rescale of the `spillway` and `guard` variants (default: the data plane's default). */
+  localRescale?: boolean;
 }
 
 export interface SpillwayFleetOptions {
@@ -46,6 +48,8 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
   const ratioPolicySpec: RatioPolicySpec | undefined =
     variant === 'plain' ? { kind: 'plain' } : tuning.ratioPolicy;
   const burstGuard: BurstGuardOptions | false = variant === 'guard' ? (tuning.burstGuard ?? {}) : false;
+  // The plain variant is the published formula alone: no host-side correction either.
+  const localRescale = variant === 'plain' ? false : tuning.localRescale;
 
   const limits: LimitsConfig = {
     version: 1,
@@ -108,6 +112,7 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
         scheduler,
         random,
         burstGuard,
+        ...(localRescale === undefined ? {} : { localRescale }),
       });
       hosts.set(hostId, limiter);
       limiter.start();

@@ -101,11 +101,12 @@ describe('controller', () => {
     assert.equal(d.limitRps, 100);
     assert.equal(d.offeredRps, 200);
     assert.equal(d.epoch, BigInt(START_MS));
-    assert.equal(d.version, 1n);
+    // The tick computed version 1; the default (stateless) policy recomputed on this report.
+    assert.equal(d.version, 2n);
     assert.equal(d.ttlMs, 4000);
   });
 
-  it('versions increase by one per tick within an epoch; a new controller has a later epoch', () => {
+  it('versions increase by one per computation (tick or report) within an epoch; a new controller has a later epoch', () => {
     const { clock, controller } = setup();
     const report = (seq: number) =>
       call(
@@ -120,13 +121,13 @@ describe('controller', () => {
     report(1);
     controller.start();
     clock.advance(1000);
-    assert.equal(report(2).directives[0]!.version, 1n);
+    assert.equal(report(2).directives[0]!.version, 2n, 'tick 1, then this report');
     clock.advance(1000);
     clock.advance(1000);
-    assert.equal(report(3).directives[0]!.version, 3n);
+    assert.equal(report(3).directives[0]!.version, 5n, 'ticks 3 and 4, then this report');
     controller.stop();
     clock.advance(5000);
-    assert.equal(controller.snapshot().version, 3, 'stopped: no more ticks');
+    assert.equal(controller.snapshot().version, 5, 'stopped: no more ticks');
     const restarted = createController({ id: 'ctl', config: config(), scheduler: clock });
     assert.ok(restarted.epoch > controller.epoch);
     assert.equal(createController({ id: 'x', config: config(), scheduler: clock, epoch: 42 }).epoch, 42);

@@ -83,7 +83,10 @@ describe('ratio policies', () => {
 
   it('createRatioPolicy builds every kind, defaults to the measured choice, rejects bad parameters', () => {
     assert.deepEqual(createRatioPolicy().spec, DEFAULT_RATIO_POLICY);
-    assert.deepEqual(DEFAULT_RATIO_POLICY, { kind: 'corrected', gain: 0.2, maxCorrection: 0.5 });
+    assert.deepEqual(DEFAULT_RATIO_POLICY, { kind: 'plain' });
+    assert.equal(createRatioPolicy().stateless, true, 'the controller may recompute it on every report');
+    assert.notEqual(createRatioPolicy({ kind: 'ewma', alpha: 0.5 }).stateless, true);
+    assert.notEqual(correctedRatioPolicy({ gain: 0.2, maxCorrection: 0.5 }).stateless, true);
     assert.equal(createRatioPolicy({ kind: 'plain' }).spec.kind, 'plain');
     assert.equal(createRatioPolicy({ kind: 'ewma', alpha: 0.3 }).spec.kind, 'ewma');
     assert.throws(

@@ -58,8 +58,13 @@ describe('burst guard', () => {
     assert.equal(plainAdmitted, 2_000, 'without the guard the spike passes until the loop reacts');
   });
 
-  it('sizes a surging host from the lower of its last two rates (the fleet total lags the surge)', async () => {
-    const h = harness({ burstGuard: {} });
+  it('sizes the share from the host rate of the windows the directive covers, not its newest rate', async () => {
+    // The directive keeps saying "fleet offered 1000 rps": a total measured before this host
+    // surged. The reply to report k was computed from reports k-1 and k-2 (the zone's last forward
+    // and the other zones' older ones), so the guard sizes from their mean, never from report k:
+    // a host's newest rate over a stale fleet total would grant every host of a fleet-wide spike
+    // the spike (the bug: 3x step, 180% overshoot with the guard).
+    const h = harness({ burstGuard: {}, localRescale: false });
     const handle = await warmedUp(h);
     const surge = async () => {
       for (let i = 0; i < 1_000; i++) handle.allow();
@@ -69,9 +74,11 @@ describe('burst guard', () => {
     };
     const first = await surge();
     assert.equal(first.hostOfferedRps, 1_000);
-    assert.equal(first.guardCapacity, 125, 'min(100, 1000) rps: the surge does not size its own share');
+    assert.equal(first.guardCapacity, 125, 'report k-1: 100 rps');
     const second = await surge();
-    assert.equal(second.guardCapacity, 1_250, 'a sustained rate counts once two reports show it');
+    assert.equal(second.guardCapacity, 687.5, 'mean of reports k-1 (1000 rps) and k-2 (100 rps)');
+    const third = await surge();
+    assert.equal(third.guardCapacity, 1_250, 'a sustained rate counts once the fleet total can hold it');
   });
 
   it('maxShareGrowthRatio caps how fast the share grows per directive', async () => {
@@ -83,7 +90,7 @@ describe('burst guard', () => {
       h.clock.advance(1_000);
       await h.flush();
     }
-    // Round 1 sizes from min(100, 1000) = 125 (under the cap); round 2 would jump to 1,250.
+    // Round 1 sizes from report k-1 (100 rps): 125, under the cap; round 2 would grow to 687.5.
     assert.equal(h.limiter.snapshot().buckets[0]!.guardCapacity, 150);
   });
 
