@@ -1,6 +1,6 @@
 // Regenerates docs/accuracy/*.json|svg and the generated part of docs/accuracy.md: every preset
-// scenario with all four variants, a ratio-policy comparison, a burst-guard sizing comparison and
-// a 10,000-host run. One command:
+// scenario with all four variants, a ratio-policy comparison, local rescale on and off, a
+// burst-guard sizing comparison and a 10,000-host run. One command:
 //
 //   node --import tsx scripts/accuracy.ts            (1,000 hosts, the documented figures)
 //   node --import tsx scripts/accuracy.ts --quick    (100 hosts, a smoke run; writes to a temp dir)
@@ -11,13 +11,13 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { RatioPolicySpec } from '../src/config/index.js';
-import { DEFAULT_RATIO_POLICY } from '../src/control/ratio-policy.js';
 import { presetNames, presetScenario } from '../src/sim/presets.js';
 import { runSimulation, type SimOptions, type SimResult } from '../src/sim/run-simulation.js';
 import {
   formatConvergence,
   formatSummaryTable,
   summaryColumns,
+  summaryRow,
   summaryRows,
 } from '../src/sim/summary-table.js';
 import type { VariantName } from '../src/sim/variants.js';
@@ -80,13 +80,17 @@ for (const name of presetNames) {
   );
 }
 
-// 2. Ratio policies, 3. burst guard sizing, 4. a 10,000-host fleet.
+// 2. Ratio policies, 3. local rescale, 4. burst guard sizing, 5. a 10,000-host fleet.
 const extras: string[] = [];
 if (!values['skip-extras'] && !values.only) {
   const policies: Array<{ label: string; flag: string; spec: RatioPolicySpec }> = [
-    { label: 'plain', flag: 'plain', spec: { kind: 'plain' } },
+    { label: 'plain (default)', flag: 'plain', spec: { kind: 'plain' } },
     { label: 'ewma α=0.5', flag: 'ewma:0.5', spec: { kind: 'ewma', alpha: 0.5 } },
-    { label: 'corrected gain 0.3 (default)', flag: 'corrected:0.3:0.5', spec: DEFAULT_RATIO_POLICY },
+    {
+      label: 'corrected gain 0.2 (the former default)',
+      flag: 'corrected:0.2:0.5',
+      spec: { kind: 'corrected', gain: 0.2, maxCorrection: 0.5 },
+    },
     {
       label: 'corrected gain 0.1',
       flag: 'corrected:0.1:0.5',
@@ -113,41 +117,66 @@ if (!values['skip-extras'] && !values.only) {
     '',
   );
 
+  // Local rescale: the spillway variant has it (the default); the same runs without it.
+  const rescaleRows: string[][] = [];
+  for (const scenario of ['steady-1.5x', 'step-3x', 'surge-15x', 'controller-outage']) {
+    const withRescale = results.get(scenario);
+    const spillway = withRescale?.summary.find((v) => v.variant === 'spillway');
+    if (spillway) {
+      rescaleRows.push([
+        scenario,
+        'on (default)',
+        ...summaryRow(spillway).slice(1),
+        `\`${command(scenario)}\``,
+      ]);
+    }
+    const extra = ['--variants spillway', '(tuning.localRescale = false)'];
+    const result = await run(scenario, { variants: ['spillway'], tuning: { localRescale: false } }, extra);
+    rescaleRows.push([
+      scenario,
+      'off',
+      ...summaryRows(result)[0]!.slice(1),
+      `runSimulation(preset '${scenario}', { hosts: ${hosts}, seed: ${seed}, variants: ['spillway'], tuning: { localRescale: false } })`,
+    ]);
+  }
+  extras.push(
+    '### Local rescale (spillway variant)',
+    '',
+    markdownTable(['scenario', 'local rescale', ...summaryColumns.slice(1), 'command'], rescaleRows),
+    '',
+  );
+
   const guardRows: string[][] = [];
-  for (const scenario of ['step-3x']) {
-    for (const windowMs of [undefined, 250, 100]) {
-      for (const policy of [undefined, { kind: 'plain' } as const]) {
-        const extra = [
-          '--variants guard',
-          ...(windowMs ? [`--guard-window-ms ${windowMs}`] : []),
-          ...(policy ? ['--ratio-policy plain'] : []),
-        ];
-        const result = await run(
-          scenario,
-          {
-            variants: ['guard'],
-            tuning: {
-              burstGuard: windowMs ? { burstWindowMs: windowMs } : {},
-              ...(policy ? { ratioPolicy: policy } : {}),
-            },
-          },
-          extra,
-        );
-        const row = summaryRows(result)[0]!;
-        guardRows.push([
-          scenario,
-          windowMs ? `${windowMs} ms` : 'interval (default)',
-          policy ? 'plain' : 'default',
-          ...row.slice(1),
-          `\`${command(scenario, extra)}\``,
-        ]);
-      }
+  const guardSizings: Array<{
+    label: string;
+    flags: string[];
+    guard: { slackRatio?: number; burstWindowMs?: number };
+  }> = [
+    { label: 'slack 0.25, window = interval (default)', flags: [], guard: {} },
+    { label: 'slack 0.25, window 250 ms', flags: ['--guard-window-ms 250'], guard: { burstWindowMs: 250 } },
+    { label: 'slack 0.25, window 100 ms', flags: ['--guard-window-ms 100'], guard: { burstWindowMs: 100 } },
+    {
+      label: 'slack 0.15, window 100 ms',
+      flags: ['--guard-slack 0.15', '--guard-window-ms 100'],
+      guard: { slackRatio: 0.15, burstWindowMs: 100 },
+    },
+  ];
+  for (const scenario of ['step-3x', 'steady-1.5x']) {
+    for (const sizing of guardSizings) {
+      const extra = ['--variants guard', ...sizing.flags];
+      const result = await run(
+        scenario,
+        { variants: ['guard'], tuning: { burstGuard: sizing.guard } },
+        extra,
+      );
+      const row = summaryRows(result)[0]!;
+      guardRows.push([scenario, sizing.label, ...row.slice(1), `\`${command(scenario, extra)}\``]);
     }
   }
   extras.push(
     '### Burst guard sizing (guard variant)',
     '',
-    markdownTable(['scenario', 'burst window', 'policy', ...summaryColumns.slice(1), 'command'], guardRows),
+    markdownTable(['scenario', 'sizing', ...summaryColumns.slice(1), 'command'], guardRows),
     '',
   );
 
