@@ -1,0 +1,124 @@
+import assert from 'node:assert/strict';
+import type { ChildProcess } from 'node:child_process';
+import { describe, it } from 'node:test';
+import { spawnSpillwayRaw, waitFor } from '../integration/spillway-process.js';
+
+// `spillway demo` end to end, from source: it starts its whole cluster, prints the dashboard URL
+// and live summary tables, and leaves no process behind, whether it stops on --duration or on
+// Ctrl-C (SIGINT).
+
+interface DemoRun {
+  child: ChildProcess;
+  stdout: () => string;
+  stderr: () => string;
+  exited: Promise<number | string>;
+}
+
+function runDemo(args: string[]): DemoRun {
+  const child = spawnSpillwayRaw(['demo', ...args]);
+  let stdout = '';
+  let stderr = '';
+  child.stdout!.on('data', (chunk) => {
+    stdout += String(chunk);
+  });
+  child.stderr!.on('data', (chunk) => {
+    stderr += String(chunk);
+  });
+  const exited = new Promise<number | string>((resolve) =>
+    child.once('exit', (code, signal) => resolve(code ?? signal ?? 'unknown')),
+  );
+  return { child, stdout: () => stdout, stderr: () => stderr, exited };
+}
+
+/** `name=pid` pairs from the demo's `processes` line. */
+function childPids(stdout: string): Map<string, number> {
+  const line = stdout.split('\n').find((l) => l.trimStart().startsWith('processes '));
+  assert.ok(line, `a processes line in:\n${stdout}`);
+  return new Map(
+    line
+      .trim()
+      .split(/\s+/)
+      .slice(1)
+      .map((pair) => {
+        const [name, pid] = pair.split('=');
+        return [name!, Number(pid)] as const;
+      }),
+  );
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Summary tables printed: each starts with its header line. */
+function tables(stdout: string): string[] {
+  return stdout.split('\n\n').filter((block) => /^bucket\s+mode\s+offered\/s\s+admitted\/s/m.test(block));
+}
+
+async function withKillOnFailure<T>(run: DemoRun, body: () => Promise<T>): Promise<T> {
+  try {
+    return await body();
+  } catch (error) {
+    run.child.kill('SIGKILL');
+    throw new Error(
+      `${(error as Error).message}\n--- stdout ---\n${run.stdout()}\n--- stderr ---\n${run.stderr()}`,
+    );
+  }
+}
+
+describe('spillway demo', { timeout: 180_000 }, () => {
+  it('--duration 8: prints the URL and summary tables, exits 0, leaves no process behind', async () => {
+    const run = runDemo(['--duration', '8']);
+    await withKillOnFailure(run, async () => {
+      const code = await Promise.race([
+        run.exited,
+        new Promise<string>((resolve) => setTimeout(() => resolve('timeout'), 150_000)),
+      ]);
+      assert.equal(code, 0, 'exit code');
+      const stdout = run.stdout();
+      assert.match(stdout, /dashboard +http:\/\/127\.0\.0\.1:\d+\/#token=\S{16,}/);
+      const printed = tables(stdout);
+      assert.ok(printed.length >= 1, 'at least one summary table');
+      const last = printed.at(-1)!;
+      for (const bucket of ['checkout', 'search', 'api:caller=acme']) {
+        assert.match(last, new RegExp(`^${bucket.replace(/[:=]/g, '\\$&')} +(enforce|shadow)`, 'm'));
+      }
+      assert.match(last, /^search +shadow/m);
+      assert.match(stdout, /stopped \(7 processes exited\)/);
+      const pids = childPids(stdout);
+      assert.deepEqual(
+        [...pids.keys()],
+        [
+          'controller',
+          'aggregator-z1',
+          'aggregator-z2',
+          'demo-host-1',
+          'demo-host-2',
+          'demo-host-3',
+          'demo-host-4',
+        ],
+      );
+      for (const [name, pid] of pids) assert.equal(alive(pid), false, `${name} (pid ${pid}) is gone`);
+    });
+  });
+
+  it('Ctrl-C (SIGINT) stops every process and exits 0', async () => {
+    const run = runDemo(['--hosts', '2', '--summary-every', '1']);
+    await withKillOnFailure(run, async () => {
+      await waitFor('a summary table', async () => (tables(run.stdout()).length > 0 ? true : undefined), {
+        timeoutMs: 120_000,
+      });
+      const pids = childPids(run.stdout());
+      assert.equal(pids.size, 5);
+      for (const [name, pid] of pids) assert.equal(alive(pid), true, `${name} runs`);
+      run.child.kill('SIGINT');
+      assert.equal(await run.exited, 0);
+      for (const [name, pid] of pids) assert.equal(alive(pid), false, `${name} (pid ${pid}) is gone`);
+    });
+  });
+});
