@@ -21,20 +21,20 @@ export interface SpillwayProcess {
   readonly running: boolean;
 }
 
-export function spawnSpillwayRaw(args: string[]): ChildProcess {
+export function spawnSpillwayRaw(args: string[], env: Record<string, string> = {}): ChildProcess {
   return spawn(process.execPath, ['--import', 'tsx', 'src/cli/entry.ts', ...args], {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, NODE_OPTIONS: '' },
+    env: { ...process.env, NODE_OPTIONS: '', ...env },
   });
 }
 
 export async function startSpillway(
   name: string,
   args: string[],
-  { timeoutMs = 30_000 } = {},
+  { timeoutMs = 30_000, env = {} as Record<string, string> } = {},
 ): Promise<SpillwayProcess> {
-  const child = spawnSpillwayRaw(args);
+  const child = spawnSpillwayRaw(args, env);
   const output: string[] = [];
   let running = true;
   const exited = new Promise<number | string>((resolve) => {
