@@ -361,6 +361,12 @@ describe('deploy/Dockerfile', () => {
     assert.match(dockerfile, /^ENTRYPOINT \["node", "\/app\/bin\/spillway\.js"\]$/m);
   });
 
+  it('copies every directory the runtime reads (compiled code, bin, proto, dashboard page) into the image', () => {
+    for (const dir of ['dist', 'bin', 'proto', 'dashboard', 'node_modules']) {
+      assert.match(dockerfile, new RegExp(`^COPY --from=build /app/${dir} \\./${dir}$`, 'm'), dir);
+    }
+  });
+
   it('EXPOSEs every port the manifests bind', () => {
     const exposed = new Set(
       [...dockerfile.matchAll(/^EXPOSE (.+)$/gm)].flatMap((m) => m[1]!.split(/\s+/).map(Number)),
