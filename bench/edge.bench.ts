@@ -22,8 +22,9 @@
 //
 // Run: node --import tsx --expose-gc bench/edge.bench.ts
 // Env: BENCH_ROUNDS (3), BENCH_DURATION_S (10), BENCH_MAX_DURATION_S (5), BENCH_WARMUP_S (4),
-//      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500).
-import { type ChildProcess, spawn } from 'node:child_process';
+//      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500),
+//      BENCH_CASES (comma-separated case ids to run, e.g. proxy-bare,proxy-global; default all).
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { createRequire } from 'node:module';
@@ -383,11 +384,35 @@ interface Case {
   url?: string;
   missing?: string;
   overLimit?: boolean;
+  /** The process serving `url`, whose CPU time is measured. */
+  pid?: number;
 }
 
 interface CaseRound {
   fixed: LoadResult;
   max: LoadResult;
+  /** CPU time (user + system) of the case's process per request, in µs. */
+  fixedCpuUsPerRequest: number;
+  maxCpuUsPerRequest: number;
+}
+
+const CLOCK_TICKS_PER_SEC = Number(spawnSync('getconf', ['CLK_TCK']).stdout?.toString().trim()) || 100;
+
+/**
+ * CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat; NaN where /proc is
+ * missing. CPU per request moves far less with other load on the machine than latency does, so it
+ * shows what a decision costs even when wall-clock figures are noisy.
+ */
+function cpuSeconds(pid: number | undefined): number {
+  if (pid === undefined) return Number.NaN;
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    // Fields after the command name (which may contain spaces) start at state, field 3.
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SEC;
+  } catch {
+    return Number.NaN;
+  }
 }
 
 function median(values: number[]): number {
@@ -444,8 +469,92 @@ function proxyHttpAddress(listening: Record<string, unknown>): string {
   throw new Error(`proxy listening line has no address: ${JSON.stringify(listening)}`);
 }
 
+interface InProcessRow {
+  name: string;
+  nsPerCall: number;
+}
+
+/**
+ * The middleware alone, no sockets: 1M calls with a fake request and response, median of 5 rounds,
+ * each contender in a fresh process (`inprocess` role) so one contender's type feedback cannot
+ * make another's call sites polymorphic. What a decision adds to a request before any I/O, free of
+ * the noise an HTTP round trip carries.
+ */
+async function inProcess(): Promise<InProcessRow[]> {
+  const rows: InProcessRow[] = [];
+  for (let index = 0; index < IN_PROCESS_CONTENDERS; index++) {
+    const child = spawn(process.execPath, ['--import', 'tsx', SELF, 'inprocess', String(index)], {
+      cwd: ROOT,
+      stdio: ['ignore', 'pipe', 'inherit'],
+      env: { ...process.env, NODE_OPTIONS: '' },
+    });
+    let stdout = '';
+    child.stdout!.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString();
+    });
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    if (code !== 0) throw new Error(`inprocess ${index} exited ${code}`);
+    rows.push(JSON.parse(stdout.trim().split('\n').at(-1)!) as InProcessRow);
+  }
+  return rows;
+}
+
+const IN_PROCESS_CONTENDERS = 5;
+
+async function runInProcess(index: number): Promise<void> {
+  const { createGlobalLimiter } = await import('../src/global/index.js');
+  const { createKeyedTokenBucket } = await import('../src/local/index.js');
+  const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
+  const { fastifyRateLimit } = await import('../src/http/fastify/rate-limit.js');
+  type Run = (next: () => void) => void;
+  const policy = { name: 'edge', limit: HIGH_LIMIT, windowSec: 1 };
+  const global = createGlobalLimiter({ reporterId: 'bench', clients: [] });
+  const local = createKeyedTokenBucket({ capacity: HIGH_LIMIT, refillPerSec: HIGH_LIMIT });
+  const req = { socket: { remoteAddress: '203.0.113.7' }, headers: {} } as never;
+  const res = { setHeader: () => {} } as never;
+  const request = { raw: { socket: { remoteAddress: '203.0.113.7' } }, headers: {} } as never;
+  const reply = { header: () => {} } as never;
+  const express = (options: Parameters<typeof expressRateLimit>[0]): Run => {
+    const middleware = expressRateLimit(options);
+    return (next) => middleware(req, res, next);
+  };
+  const fastify = (options: Parameters<typeof fastifyRateLimit>[0]): Run => {
+    const hook = fastifyRateLimit(options).onRequest;
+    return (next) => hook(request, reply, next);
+  };
+  const contenders: [string, Run][] = [
+    ['no middleware (next() only)', (next) => next()],
+    ['express, global limiter, key () => "edge"', express({ limiter: global, policy, key: () => 'edge' })],
+    [
+      'express, global limiter, no headers',
+      express({ limiter: global, policy, key: () => 'edge', headers: false }),
+    ],
+    ['express, local keyed token bucket, key = client address', express({ limiter: local, policy })],
+    ['fastify, global limiter, key () => "edge"', fastify({ limiter: global, policy, key: () => 'edge' })],
+  ];
+  if (contenders.length !== IN_PROCESS_CONTENDERS) throw new Error('IN_PROCESS_CONTENDERS is out of date');
+  const [name, run] = contenders[index]!;
+  const calls = 1_000_000;
+  let sink = 0;
+  const next = () => {
+    sink++;
+  };
+  for (let i = 0; i < 100_000; i++) run(next);
+  const samples: number[] = [];
+  for (let round = 0; round < 5; round++) {
+    const start = process.hrtime.bigint();
+    for (let i = 0; i < calls; i++) run(next);
+    samples.push(Number(process.hrtime.bigint() - start) / calls);
+  }
+  if (sink === 0) throw new Error('unreachable');
+  const row: InProcessRow = { name, nsPerCall: median(samples) };
+  process.stdout.write(`${JSON.stringify(row)}\n`);
+  process.exit(0);
+}
+
 async function main(): Promise<void> {
   const loadAverageStart = os.loadavg();
+  const inProcessRows = await inProcess();
   const { startRedis } = await import('../test/helpers/redis-server.js');
   const dir = mkdtempSync(join(os.tmpdir(), 'spillway-edge-bench-'));
   const redis = await startRedis();
@@ -497,6 +606,7 @@ async function main(): Promise<void> {
         label: 'upstream alone',
         path: 'loadgen → upstream',
         url: `http://${upstreamAddress}/`,
+        pid: upstream.child.pid,
       },
     ];
 
@@ -523,7 +633,14 @@ async function main(): Promise<void> {
             'warn',
           ]),
         );
-        cases.push({ id, label, path, url: `http://${proxyHttpAddress(proxy.listening)}/`, overLimit });
+        cases.push({
+          id,
+          label,
+          path,
+          url: `http://${proxyHttpAddress(proxy.listening)}/`,
+          overLimit,
+          pid: proxy.child.pid,
+        });
       } catch (error) {
         cases.push({ id, label, path, missing: String(error).split('\n').slice(0, 6).join(' '), overLimit });
       }
@@ -572,19 +689,20 @@ async function main(): Promise<void> {
         redisAddress,
         ...args,
       ]);
-      cases.push({ id, label, path, url: `http://${String(server.listening.http)}/`, overLimit });
+      cases.push({
+        id,
+        label,
+        path,
+        url: `http://${String(server.listening.http)}/`,
+        overLimit,
+        pid: server.child.pid,
+      });
     };
     await expressCase(
       'express-bare',
       'express, no limiter',
       'loadgen → Express → node:http forward → upstream',
       ['--variant', 'bare'],
-    );
-    await expressCase(
-      'express-rlf-redis',
-      'express + rate-limiter-flexible RateLimiterRedis',
-      'loadgen → Express → RateLimiterRedis.consume(req.ip) (one Redis round trip) → forward → upstream',
-      ['--variant', 'rlf-redis'],
     );
     await expressCase(
       'express-spillway-global',
@@ -597,6 +715,12 @@ async function main(): Promise<void> {
       'express + spillway Redis sliding window',
       'loadgen → Express → expressRateLimit(Redis sliding-counter, one EVALSHA) → forward → upstream',
       ['--variant', 'spillway-redis'],
+    );
+    await expressCase(
+      'express-rlf-redis',
+      'express + rate-limiter-flexible RateLimiterRedis',
+      'loadgen → Express → RateLimiterRedis.consume(req.ip) (one Redis round trip) → forward → upstream',
+      ['--variant', 'rlf-redis'],
     );
     if (proxyReady) {
       await proxyCase(
@@ -616,14 +740,23 @@ async function main(): Promise<void> {
       );
     }
 
-    const runnable = cases.filter((c) => c.url !== undefined);
+    const only = process.env.BENCH_CASES?.split(',').filter((id) => id.length > 0);
+    const runnable = cases.filter((c) => c.url !== undefined && (only === undefined || only.includes(c.id)));
     const rounds = new Map<string, CaseRound[]>(runnable.map((c) => [c.id, []]));
     for (let round = 1; round <= ROUNDS; round++) {
       for (const c of runnable) {
         await load(c.url!, WARMUP_S, RATE);
+        const cpuBefore = cpuSeconds(c.pid);
         const fixed = await load(c.url!, DURATION_S, RATE);
+        const cpuMiddle = cpuSeconds(c.pid);
         const max = await load(c.url!, MAX_DURATION_S, 0);
-        rounds.get(c.id)!.push({ fixed, max });
+        const cpuAfter = cpuSeconds(c.pid);
+        rounds.get(c.id)!.push({
+          fixed,
+          max,
+          fixedCpuUsPerRequest: ((cpuMiddle - cpuBefore) * 1e6) / Math.max(1, fixed.requests),
+          maxCpuUsPerRequest: ((cpuAfter - cpuMiddle) * 1e6) / Math.max(1, max.requests),
+        });
         process.stdout.write(
           `round ${round} ${c.id}: p50 ${(fixed.latency2xx.p50Us / 1000).toFixed(2)} ms, p99 ${(fixed.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(fixed.latency2xx.p999Us / 1000).toFixed(2)} ms, ${fixed.status429} × 429; max ${Math.round(max.requestsPerSec)} req/s\n`,
         );
@@ -648,6 +781,8 @@ async function main(): Promise<void> {
         rejectedP99Ms: m((r) => r.fixed.latency429.p99Us / 1000),
         maxRps: m((r) => r.max.requestsPerSec),
         maxP99Ms: m((r) => r.max.latency2xx.p99Us / 1000),
+        fixedCpuUs: m((r) => r.fixedCpuUsPerRequest),
+        maxCpuUs: m((r) => r.maxCpuUsPerRequest),
         failures: list.reduce(
           (sum, r) =>
             sum +
@@ -662,20 +797,33 @@ async function main(): Promise<void> {
         rounds: list,
       };
     });
-    const row = (id: string) =>
-      rows.find((r) => r.id === id && r.missing === undefined && !Number.isNaN(r.p99Ms));
+    // Targets compare two cases. Each is computed per round, from two runs a few seconds apart,
+    // and the median over rounds reported: drifting background load then falls on both sides of
+    // every ratio instead of skewing one case's median.
+    const available = (id: string) =>
+      rows.some((r) => r.id === id && r.missing === undefined && r.rounds.length > 0);
+    const perRound = (id: string, baseId: string, ratio: (a: CaseRound, b: CaseRound) => number) => {
+      if (!available(id) || !available(baseId)) return undefined;
+      const a = rounds.get(id)!;
+      const b = rounds.get(baseId)!;
+      return median(a.map((round, i) => ratio(round, b[i]!)));
+    };
     const ratios: { name: string; value: number | undefined; target: string; met: boolean | undefined }[] =
       [];
     const addedOver = (name: string, id: string, baseId: string) => {
-      const a = row(id);
-      const b = row(baseId);
-      const value = a && b ? a.p99Ms / b.p99Ms - 1 : undefined;
+      const value = perRound(id, baseId, (a, b) => a.fixed.latency2xx.p99Us / b.fixed.latency2xx.p99Us - 1);
       ratios.push({ name, value, target: '<= +5%', met: value === undefined ? undefined : value <= 0.05 });
     };
+    const cpuOver = (name: string, id: string, baseId: string) => {
+      const value = perRound(id, baseId, (a, b) => a.fixedCpuUsPerRequest / b.fixedCpuUsPerRequest - 1);
+      ratios.push({ name, value, target: '(context)', met: undefined });
+    };
     const lowerThan = (name: string, id: string, redisId: string) => {
-      const a = row(id);
-      const b = row(redisId);
-      const value = a && b ? 1 - a.p999Ms / b.p999Ms : undefined;
+      const value = perRound(
+        id,
+        redisId,
+        (a, b) => 1 - a.fixed.latency2xx.p999Us / b.fixed.latency2xx.p999Us,
+      );
       ratios.push({
         name,
         value,
@@ -686,6 +834,12 @@ async function main(): Promise<void> {
     addedOver('p99 of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
     addedOver(
       'p99 of express + spillway global over bare express',
+      'express-spillway-global',
+      'express-bare',
+    );
+    cpuOver('CPU per request of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
+    cpuOver(
+      'CPU per request of express + spillway global over bare express',
       'express-spillway-global',
       'express-bare',
     );
@@ -730,7 +884,7 @@ async function main(): Promise<void> {
     mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
     writeFileSync(
       join(ROOT, 'bench/results/edge.json'),
-      `${JSON.stringify({ meta, rows, ratios }, null, 2)}\n`,
+      `${JSON.stringify({ meta, inProcess: inProcessRows, rows, ratios }, null, 2)}\n`,
     );
 
     const n = (value: number, digits = 2) =>
@@ -754,13 +908,19 @@ async function main(): Promise<void> {
       'Every process shares the machine: the load generator, the case under test, the upstream and, where',
       'used, Redis, the controller and the aggregator. Limits are far above the load except in the over-the-limit case.',
       '',
-      '| case | p50 ms | p99 ms | p99.9 ms | max req/s | p99 ms at max | 429 share | failures |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|',
+      '| case | p50 ms | p99 ms | p99.9 ms | CPU µs/req | max req/s | p99 ms at max | CPU µs/req at max | 429 share | failures |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
       ...rows.map((r) =>
         r.missing !== undefined
-          ? `| ${r.label} | missing: ${r.missing} | | | | | | |`
-          : `| ${r.label} | ${n(r.p50Ms)} | ${n(r.p99Ms)} | ${n(r.p999Ms)} | ${n(r.maxRps, 0)} | ${n(r.maxP99Ms)} | ${(r.rejectedShare * 100).toFixed(1)}% | ${r.failures} |`,
+          ? `| ${r.label} | missing: ${r.missing} | | | | | | | | |`
+          : r.rounds.length === 0
+            ? `| ${r.label} | not run (BENCH_CASES) | | | | | | | | |`
+            : `| ${r.label} | ${n(r.p50Ms)} | ${n(r.p99Ms)} | ${n(r.p999Ms)} | ${n(r.fixedCpuUs, 0)} | ${n(r.maxRps, 0)} | ${n(r.maxP99Ms)} | ${n(r.maxCpuUs, 0)} | ${(r.rejectedShare * 100).toFixed(1)}% | ${r.failures} |`,
       ),
+      '',
+      '"CPU µs/req" is the CPU time (user + system, /proc) of the process serving the case (the proxy, the',
+      'Express server, or the upstream in the first row) per request: less sensitive to other load on the',
+      'machine than latency. Redis, controller and aggregator CPU are not included.',
       '',
       'Latency columns are for 2xx responses. Over the limit, the 429s:',
       '',
@@ -771,6 +931,15 @@ async function main(): Promise<void> {
             `- ${r.label}: ${n(r.fixedRps, 0)} req/s offered, ${(r.rejectedShare * 100).toFixed(1)}% rejected, so ${n(r.fixedRps * (1 - r.rejectedShare), 0)} req/s admitted against a limit of ${n(OVER_LIMIT_RPS, 0)} (the loop converges within a few report intervals of the warmup); 429 p50 ${n(r.rejectedP50Ms)} ms, p99 ${n(r.rejectedP99Ms)} ms.`,
         ),
       '',
+      '## The middleware alone, in process',
+      '',
+      'What `expressRateLimit` / the Fastify hook costs per request before any I/O: 1M calls with a fake',
+      'request and response (headers set on a no-op), median of 5 rounds, each row in a fresh process.',
+      '',
+      '| middleware | ns/call |',
+      '|---|---:|',
+      ...inProcessRows.map((r) => `| ${r.name} | ${n(r.nsPerCall, 0)} |`),
+      '',
       '## Targets',
       '',
       '| comparison | measured | target | met |',
@@ -780,8 +949,9 @@ async function main(): Promise<void> {
           `| ${r.name} | ${pct(r.value)} | ${r.target} | ${r.met === undefined ? 'n/a' : r.met ? 'yes' : 'no'} |`,
       ),
       '',
-      '"+x%" for p99 is the global path\'s p99 over the bare path\'s, minus 1; "lower" for p99.9 is',
-      '1 − global p99.9 / Redis p99.9.',
+      '"+x%" is the global path\'s figure over the bare path\'s, minus 1; "lower" for p99.9 is',
+      '1 − global p99.9 / Redis p99.9. Each is computed per round (the two runs are seconds apart) and the',
+      'median over rounds is shown, so load drifting on the machine falls on both sides of a ratio.',
       '',
       '## What each path does',
       '',
@@ -812,4 +982,5 @@ const role = process.argv[2];
 if (role === 'upstream') await runUpstream();
 else if (role === 'express') await runExpress(process.argv.slice(3));
 else if (role === 'loadgen') await runLoadgen(process.argv.slice(3));
+else if (role === 'inprocess') await runInProcess(Number(process.argv[3]));
 else await main();
