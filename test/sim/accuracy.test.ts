@@ -63,9 +63,7 @@ describe('accuracy targets (100 hosts)', () => {
     );
   });
 
-  it('steady 1.5x: the default ratio policy admits within 2% of the limit', {
-    todo: 'the corrected policy winds up during the startup lag (docs/accuracy.md)',
-  }, async () => {
+  it('steady 1.5x: Spillway with its defaults admits within 2% of the limit', async () => {
     const spillway = focus(await steadyRun, 'spillway');
     assert.ok(
       spillway.steadyErrorPct !== null && Math.abs(spillway.steadyErrorPct) <= 2,
@@ -90,11 +88,10 @@ describe('accuracy targets (100 hosts)', () => {
     );
   });
 
-  it('3x step: within 5% in <= 3 s', {
-    todo: 'report -> aggregator -> controller -> host lag is ~4 intervals',
-  }, async () => {
+  it('3x step: Spillway (recompute on report, local rescale) gets within 5% in <= 3 s', async () => {
     const result = await stepRun;
-    for (const variant of ['plain', 'spillway', 'guard'] as const) {
+    // The plain variant (the formula alone, no local rescale) keeps the regression bound above.
+    for (const variant of ['spillway', 'guard'] as const) {
       assert.ok(
         convergedAfter(result, variant, 10) <= 3,
         `${variant}: ${convergedAfter(result, variant, 10)} s`,
@@ -107,33 +104,55 @@ describe('accuracy targets (100 hosts)', () => {
     assert.ok(focus(result, 'guard').peakOvershootPct <= focus(result, 'spillway').peakOvershootPct + 1);
   });
 
-  it('3x step: with the burst guard, peak overshoot <= 25%', {
-    todo: 'guard re-sizes from the surging host rate',
+  it('3x step: with the default burst guard, peak overshoot <= 25%', {
+    todo: 'a 1 s burst window admits up to 2.5x a host share in the first second (docs/accuracy.md)',
   }, async () => {
     const result = await stepRun;
     assert.ok(focus(result, 'guard').peakOvershootPct <= 25, `${focus(result, 'guard').peakOvershootPct}%`);
   });
 
-  it('skewed hosts and a hot caller: same steady accuracy as uniform traffic (plain)', async () => {
-    const uniform = focus(await steadyRun, 'plain').steadyErrorPct!;
+  it('3x step: the burst guard overshoot stays bounded (regression bound: 170%, was 180%)', async () => {
+    const result = await stepRun;
+    assert.ok(focus(result, 'guard').peakOvershootPct <= 170, `${focus(result, 'guard').peakOvershootPct}%`);
+  });
+
+  it('3x step: a burst guard sized tighter (slack 0.15, 100 ms window) gets near the 25% target', async () => {
+    // Possible since the guard sizes from the host rate of the windows the directive covers (26%
+    // here; the table in docs/accuracy.md has it at 1,000 hosts); the price is Poisson noise cut on
+    // hosts with small shares, hence not the default. Regression bound: 30%.
+    const result = await runSimulation(stepScenario, {
+      hosts: HOSTS,
+      seed: 12,
+      variants: ['guard'],
+      tuning: { burstGuard: { slackRatio: 0.15, burstWindowMs: 100 } },
+    });
+    const guard = focus(result, 'guard');
+    assert.ok(guard.peakOvershootPct <= 30, `${guard.peakOvershootPct}%`);
+    assert.ok(Math.abs(guard.steadyErrorPct!) <= 2, `steady ${guard.steadyErrorPct}%`);
+  });
+
+  it('skewed hosts and a hot caller: same steady accuracy as uniform traffic (plain and defaults)', async () => {
     const zipf = await runSimulation(presetScenario('zipf-hosts')!, {
       hosts: HOSTS,
       seconds: 20,
       seed: 11,
-      variants: ['plain'],
+      variants: ['plain', 'spillway'],
     });
     const hot = await runSimulation(presetScenario('hot-caller')!, {
       hosts: HOSTS,
       seconds: 20,
       seed: 11,
-      variants: ['plain'],
+      variants: ['plain', 'spillway'],
     });
-    for (const [name, result] of [
-      ['zipf-hosts', zipf],
-      ['hot-caller', hot],
-    ] as const) {
-      const error = focus(result, 'plain').steadyErrorPct!;
-      assert.ok(Math.abs(error - uniform) <= 1.5, `${name}: ${error}% vs uniform ${uniform}%`);
+    for (const variant of ['plain', 'spillway'] as const) {
+      const uniform = focus(await steadyRun, variant).steadyErrorPct!;
+      for (const [name, result] of [
+        ['zipf-hosts', zipf],
+        ['hot-caller', hot],
+      ] as const) {
+        const error = focus(result, variant).steadyErrorPct!;
+        assert.ok(Math.abs(error - uniform) <= 1, `${variant} ${name}: ${error}% vs uniform ${uniform}%`);
+      }
     }
     // The hot caller's neighbours under their limits are not starved by it.
     const quiet = hot.summary[0]!.buckets['api:caller=c10']!;
@@ -153,13 +172,15 @@ describe('accuracy targets (100 hosts)', () => {
         { atS: 14, kind: 'controller-restart' },
       ],
     });
-    const result = await runSimulation(scenario, { hosts: HOSTS, seed: 13, variants: ['plain'] });
+    const result = await runSimulation(scenario, { hosts: HOSTS, seed: 13, variants: ['plain', 'spillway'] });
     const series = result.series[0]!;
-    const admitted = series.admitted.plain!;
-    // 8..14 s: no directives can arrive, yet every 100 ms sample admits traffic.
-    for (let sample = 80; sample < 140; sample++) assert.ok(admitted[sample]! > 0, `sample ${sample}`);
-    const afterRestart = convergedAfter(result, 'plain', 14);
-    // Target: 3 intervals. Regression bound: 6 s.
-    assert.ok(afterRestart <= 6, `${afterRestart} s after restart`);
+    for (const variant of ['plain', 'spillway'] as const) {
+      const admitted = series.admitted[variant]!;
+      // 8..14 s: no directives can arrive, yet every 100 ms sample admits traffic.
+      for (let sample = 80; sample < 140; sample++) assert.ok(admitted[sample]! > 0, `sample ${sample}`);
+      // Target: back within 5% in <= 3 intervals.
+      const afterRestart = convergedAfter(result, variant, 14);
+      assert.ok(afterRestart <= 3, `${variant}: ${afterRestart} s after restart`);
+    }
   });
 });
