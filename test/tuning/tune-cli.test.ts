@@ -228,6 +228,55 @@ describe('spillway controller --history', () => {
     }
   });
 
+  it('--auto-tune applies an opted-in proposal to the file and the running controller enforces it', async () => {
+    const limitsPath = join(dir, 'auto-limits.yaml');
+    const historyPath = join(dir, 'auto-history.sqlite');
+    const store = createSqliteHistoryStore({ path: historyPath });
+    recordDays(store, 'api', 28, () => 1000, dayStartOf(Date.now()));
+    store.close();
+    writeFileSync(
+      limitsPath,
+      'version: 1\nintervalMs: 200\nbuckets:\n  - key: api # tuned\n    limitRps: 1000\n    tuning: { auto: true }\n',
+    );
+    const controller = await startSpillway('controller', [
+      'controller',
+      '--config',
+      limitsPath,
+      '--listen',
+      '127.0.0.1:0',
+      '--ops',
+      '127.0.0.1:0',
+      '--history',
+      historyPath,
+      '--auto-tune',
+    ]);
+    running.push(controller);
+    const client = createGrpcControlClient(controller.grpc!);
+    let sequence = 0n;
+    try {
+      await waitFor('the tuned limit in directives', async () => {
+        sequence += 1n;
+        const response = await client.report(
+          create(ReportRequestSchema, {
+            reporterId: 'probe',
+            sequence,
+            windowStartMs: 1_000n,
+            windowEndMs: 2_000n,
+            hostCount: 1,
+            buckets: [{ bucket: 'api', offered: 1, admitted: 1 }],
+          }),
+          { timeoutMs: 5_000 },
+        );
+        return response.directives[0]?.limitRps === 1200 ? true : undefined;
+      });
+    } finally {
+      client.close();
+    }
+    assert.match(readFileSync(limitsPath, 'utf8'), /- key: api # tuned\n {4}limitRps: 1200\n/);
+    assert.ok(controller.output.some((line) => line.includes('tuning: limit changed (tuning.auto)')));
+    assert.equal(await stopSpillway(controller), 0);
+  });
+
   it('--auto-tune needs --history (exit 2)', async () => {
     const { code, stderr } = await spillway(['controller', '--config', 'x.yaml', '--auto-tune']);
     assert.equal(code, 2);
