@@ -91,7 +91,7 @@ export interface RateLimitStats {
   readonly costFallbacks: number;
   /** The limiter threw after the fallbacks; the request was admitted. */
   readonly limiterErrors: number;
-  /** `skip`, `onLimited` or `onError` threw. */
+  /** `skip`, `onLimited` or `onError` threw, or (async limiters) the framework's continuation threw after the decision. */
   readonly hookErrors: number;
 }
 
@@ -213,16 +213,19 @@ export function createRateLimitMiddleware<Req, Res>(
     return 1;
   }
 
+  function reportError(error: unknown, req: Req): void {
+    if (onError === undefined) return;
+    try {
+      onError(error, req);
+    } catch {
+      stats.hookErrors++;
+    }
+  }
+
   function limiterFailed(error: unknown, req: Req, next: () => void): void {
     stats.limiterErrors++;
     stats.admitted++;
-    if (onError !== undefined) {
-      try {
-        onError(error, req);
-      } catch {
-        stats.hookErrors++;
-      }
-    }
+    reportError(error, req);
     next();
   }
 
@@ -339,20 +342,28 @@ export function createRateLimitMiddleware<Req, Res>(
       }
       const key = requestKey(req);
       const cost = requestCost(req);
-      limit(key, cost).then(
-        (decision) => finish(decision, req, res, next),
-        (error: unknown) => {
-          const fallback = refusedUserKey(error, key, req);
-          if (fallback === undefined) {
-            limiterFailed(error, req, next);
-            return;
-          }
-          limit(fallback, cost).then(
-            (decision) => finish(decision, req, res, next),
-            (retryError: unknown) => limiterFailed(retryError, req, next),
-          );
-        },
-      );
+      // Whatever throws after the decision (the framework's continuation included) is counted and
+      // passed to onError, never left as an unhandled rejection that would take the process down.
+      const continuationFailed = (error: unknown) => {
+        stats.hookErrors++;
+        reportError(error, req);
+      };
+      limit(key, cost)
+        .then(
+          (decision) => finish(decision, req, res, next),
+          (error: unknown) => {
+            const fallback = refusedUserKey(error, key, req);
+            if (fallback === undefined) {
+              limiterFailed(error, req, next);
+              return;
+            }
+            return limit(fallback, cost).then(
+              (decision) => finish(decision, req, res, next),
+              (retryError: unknown) => limiterFailed(retryError, req, next),
+            );
+          },
+        )
+        .catch(continuationFailed);
     };
   }
 

@@ -148,6 +148,39 @@ describe('express: wiring', () => {
     assert.equal(nextCalls, 1);
   });
 
+  it('an async decision whose continuation throws is counted and reported, never an unhandled rejection', async () => {
+    const redis: RedisScriptClient = {
+      evalsha: async () => [1, 0, 0, 0],
+      eval: async () => [1, 0, 0, 0],
+    };
+    const errors: unknown[] = [];
+    const limit = expressRateLimit({
+      limiter: createRedisTokenBucket({ redis, capacity: 1, refillPerSec: 1, timeoutMs: 60_000 }),
+      policy: { name: 'api', limit: 1, windowSec: 1 },
+      onError: (error) => errors.push(error),
+    });
+    const unhandled: unknown[] = [];
+    const onUnhandled = (reason: unknown) => unhandled.push(reason);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const req = { socket: { remoteAddress: '192.0.2.1' }, headers: {} } as unknown as Request;
+      const res = { setHeader: () => {} } as unknown as Response;
+      limit(req, res, () => {
+        throw new Error('downstream broke');
+      });
+      const deadline = Date.now() + 5_000;
+      while (limit.stats.hookErrors === 0 && Date.now() < deadline) {
+        await new Promise((resolve) => setImmediate(resolve));
+      }
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(limit.stats.hookErrors, 1);
+      assert.equal((errors[0] as Error).message, 'downstream broke');
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+
   it('rejects bad options with ERR_SPILLWAY_INVALID_OPTION', () => {
     const limiter = createKeyedTokenBucket({ capacity: 1, refillPerSec: 1 });
     const policy = { name: 'api', limit: 1, windowSec: 1 };
