@@ -67,12 +67,14 @@ export const spec: CommandSpec = {
     history: {
       type: 'string',
       valueName: 'path.sqlite',
-      description: 'record per-bucket per-minute peaks of offered load here, for `spillway tune` (docs/tuning.md)',
+      description:
+        'record per-bucket per-minute peaks of offered load here, for `spillway tune` (docs/tuning.md)',
       defaultText: 'off',
     },
     'auto-tune': {
       type: 'boolean',
-      description: 'once a day, apply tuning proposals of buckets with `tuning.auto: true` to the limits file',
+      description:
+        'once a day, apply tuning proposals of buckets with `tuning.auto: true` to the limits file',
     },
     id: {
       type: 'string',
@@ -153,7 +155,8 @@ export function run(argv: string[]): Promise<number> {
       }
       recorder = createPeakRecorder({
         store: history,
-        onError: (error) => logger.warn({ err: String(error), file: historyPath }, 'history: peaks not recorded'),
+        onError: (error) =>
+          logger.warn({ err: String(error), file: historyPath }, 'history: peaks not recorded'),
       });
     }
     const controller = createController({
