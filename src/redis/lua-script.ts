@@ -25,6 +25,10 @@ export function isNoScriptError(error: unknown): boolean {
 /**
  * `EVALSHA` first (only the hash crosses the wire); on `NOSCRIPT`, `EVAL` with the source, which
  * also puts the script back in the server's cache. `onReload` counts those fallbacks.
+ *
+ * `signal` (an AbortSignal or anything with `aborted`): once aborted — the caller has already been
+ * answered, e.g. by its timeout — a NOSCRIPT error is rethrown instead of being followed by an
+ * EVAL, which would count a call nobody waits for any more.
  */
 export async function runLuaScript(
   client: RedisScriptClient,
@@ -32,11 +36,12 @@ export async function runLuaScript(
   keys: string[],
   args: (string | number)[],
   onReload: () => void,
+  signal?: { readonly aborted: boolean },
 ): Promise<unknown> {
   try {
     return await client.evalsha(script.sha, keys, args);
   } catch (error) {
-    if (!isNoScriptError(error)) throw error;
+    if (!isNoScriptError(error) || signal?.aborted) throw error;
     onReload();
     return client.eval(script.source, keys, args);
   }

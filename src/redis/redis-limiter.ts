@@ -64,6 +64,8 @@ export interface RedisAlgorithm {
   keys(prefix: string, key: string): string[];
   /** ARGV: configuration and cost only, never a time (the script reads Redis TIME). */
   args(cost: number): (string | number)[];
+  /** The script replies `remaining` multiplied by this (token bucket: millionths); default 1. */
+  remainingScale?: number;
 }
 
 interface ResolvedCommon {
@@ -133,7 +135,25 @@ export function resolveCommonOptions(o: RedisLimiterCommonOptions): ResolvedComm
   };
 }
 
-type Outcome = { kind: 'reply'; reply: unknown } | { kind: 'error'; error: unknown } | { kind: 'timeout' };
+/** Reply, error or timeout, whichever settles a call first. */
+enum Settled {
+  Pending,
+  Reply,
+  Error,
+  Timeout,
+}
+
+/**
+ * One call in flight. It doubles as the `{ aborted }` signal handed to runLuaScript(): once the
+ * timeout has answered the caller, a NOSCRIPT error must not be followed by an EVAL.
+ */
+class PendingCall {
+  state = Settled.Pending;
+  value: unknown;
+  aborted = false;
+  resolve: (() => void) | undefined;
+  constructor(readonly deadlineMs: number) {}
+}
 
 /**
  * The call path every Redis limiter shares: validate, run the script with EVALSHA/EVAL under a
@@ -154,6 +174,7 @@ export function createRedisLimiter(
     insurance: 0,
     noscriptReloads: 0,
   };
+  const remainingScale = algorithm.remainingScale ?? 1;
   const onReload = () => {
     stats.noscriptReloads++;
   };
@@ -230,6 +251,50 @@ export function createRedisLimiter(
     };
   }
 
+  // Calls in flight, in deadline order: every call gets the same timeoutMs, so arrival order is
+  // deadline order and one timer, armed for the oldest unsettled call, serves them all (instead
+  // of a timer set and cleared per call). The timer is cancelled whenever nothing is in flight.
+  let inFlight: PendingCall[] = [];
+  let head = 0;
+  let live = 0;
+  let timer: Cancellable | undefined;
+
+  function settle(call: PendingCall, state: Settled, value: unknown): void {
+    if (call.state !== Settled.Pending) return;
+    call.state = state;
+    call.value = value;
+    live--;
+    call.resolve?.();
+    if (live === 0) {
+      inFlight = [];
+      head = 0;
+    }
+  }
+
+  function expireDue(): void {
+    timer = undefined;
+    const nowMs = scheduler.nowMs();
+    while (head < inFlight.length) {
+      const call = inFlight[head]!;
+      if (call.state === Settled.Pending && call.deadlineMs > nowMs) break;
+      head++;
+      if (call.state === Settled.Pending) {
+        call.aborted = true;
+        settle(call, Settled.Timeout, undefined);
+      }
+    }
+    if (head >= inFlight.length) {
+      inFlight = [];
+      head = 0;
+      return;
+    }
+    if (head > 1024 && head * 2 > inFlight.length) {
+      inFlight = inFlight.slice(head);
+      head = 0;
+    }
+    timer = scheduler.setTimeout(expireDue, inFlight[head]!.deadlineMs - nowMs);
+  }
+
   async function limit(key: string, cost = 1): Promise<Decision> {
     assertKey(key, maxKeyLength);
     assertCost(cost, algorithm.limit);
@@ -241,40 +306,47 @@ export function createRedisLimiter(
       );
     }
     stats.calls++;
-    const call = runLuaScript(
+    const call = new PendingCall(scheduler.nowMs() + timeoutMs);
+    inFlight.push(call);
+    live++;
+    if (timer === undefined) timer = scheduler.setTimeout(expireDue, timeoutMs);
+    // Never rejects: whichever of reply, error and timeout comes first settles the call, and a
+    // reply or error arriving after the timeout is dropped (the handlers attached here also keep
+    // a late rejection from being reported as unhandled).
+    runLuaScript(
       redis,
       algorithm.script,
       algorithm.keys(prefix, key),
       algorithm.args(cost),
       onReload,
+      call,
+    ).then(
+      (reply) => settle(call, Settled.Reply, reply),
+      (error: unknown) => settle(call, Settled.Error, error),
     );
-    let timer: Cancellable | undefined;
-    // Never rejects: whichever of reply, error and timeout comes first settles it, and a reply or
-    // error arriving after the timeout lands on the settled promise and is dropped (the handler
-    // attached here also keeps a late rejection from being reported as unhandled).
-    const outcome = await new Promise<Outcome>((resolve) => {
-      timer = scheduler.setTimeout(() => resolve({ kind: 'timeout' }), timeoutMs);
-      call.then(
-        (reply) => resolve({ kind: 'reply', reply }),
-        (error: unknown) => resolve({ kind: 'error', error }),
-      );
-    });
-    timer?.cancel();
-    if (outcome.kind === 'timeout') return faultDecision(key, cost, 'timeout', undefined);
-    if (outcome.kind === 'error') return faultDecision(key, cost, 'error', outcome.error);
-    const decision = parseReply(outcome.reply, algorithm.limit);
+    if (call.state === Settled.Pending) {
+      await new Promise<void>((resolve) => {
+        call.resolve = resolve;
+      });
+    }
+    if (call.state === Settled.Timeout) return faultDecision(key, cost, 'timeout', undefined);
+    if (call.state === Settled.Error) return faultDecision(key, cost, 'error', call.value);
+    const decision = parseReply(call.value, algorithm.limit, remainingScale);
     if (!decision)
-      return faultDecision(key, cost, 'error', new Error(`unexpected script reply ${String(outcome.reply)}`));
+      return faultDecision(key, cost, 'error', new Error(`unexpected script reply ${String(call.value)}`));
     return decision;
   }
 
   return { limit, stats };
 }
 
-/** Scripts reply `{allowed, remaining, reset_at_ms, retry_after_ms}` as integers or decimal strings. */
-function parseReply(reply: unknown, limit: number): Decision | undefined {
+/** Scripts reply `{allowed, remaining, reset_at_ms, retry_after_ms}` as integers (or decimal strings). */
+function parseReply(reply: unknown, limit: number, remainingScale: number): Decision | undefined {
   if (!Array.isArray(reply) || reply.length !== 4) return undefined;
-  const [allowed, remaining, resetAtMs, retryAfterMs] = reply.map((value) => Number(value));
+  const allowed = Number(reply[0]);
+  const remaining = Number(reply[1]) / remainingScale;
+  const resetAtMs = Number(reply[2]);
+  const retryAfterMs = Number(reply[3]);
   if (
     !Number.isFinite(allowed) ||
     !Number.isFinite(remaining) ||
@@ -286,8 +358,8 @@ function parseReply(reply: unknown, limit: number): Decision | undefined {
   return {
     allowed: allowed === 1,
     limit,
-    remaining: Math.max(0, remaining as number),
-    resetAtMs: resetAtMs as number,
-    retryAfterMs: Math.max(0, retryAfterMs as number),
+    remaining: Math.max(0, remaining),
+    resetAtMs,
+    retryAfterMs: Math.max(0, retryAfterMs),
   };
 }

@@ -13,7 +13,7 @@ export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
 
 /**
  * Sliding window log: a sorted set with one member per admitted cost unit, scored by Redis time
- * in microseconds; every member is unique (time + per-key sequence).
+ * in microseconds; every member is unique (the microsecond time, suffixed where it is taken).
  *
  * Pro: exact: at most `limit` in any span of `windowMs`, no boundary burst; exact retryAfterMs.
  * Con: memory and work grow with the limit (one member per admitted unit, O(log n) per add), so
@@ -30,7 +30,7 @@ export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
     script: slidingLogScript,
     limit,
     integerCost: true,
-    keys: (prefix, key) => [redisKey(prefix, key, 'sl'), redisKey(prefix, key, 'sl:seq')],
+    keys: (prefix, key) => [redisKey(prefix, key, 'sl')],
     args: (cost) => [limit, windowMs, cost],
   });
 }

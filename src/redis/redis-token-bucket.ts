@@ -13,8 +13,8 @@ export interface RedisTokenBucketOptions extends RedisLimiterCommonOptions {
 }
 
 /**
- * Token bucket: tokens (possibly fractional) and the Redis time they were counted at, in one hash
- * that expires when the bucket would be full again.
+ * Token bucket: tokens (possibly fractional) and the Redis time they were counted at, in one string
+ * key that expires when the bucket would be full again.
  *
  * Pro: O(1); allows bursts up to `capacity` and a steady `refillPerSec` after; fractional costs;
  * the smoothest of the four (no window edges at all).
@@ -35,5 +35,7 @@ export function createRedisTokenBucket(o: RedisTokenBucketOptions): RedisLimiter
     integerCost: false,
     keys: (prefix, key) => [redisKey(prefix, key, 'tb')],
     args: (cost) => [capacity, refillPerSec, cost],
+    // The script replies remaining tokens in millionths: Redis truncates Lua numbers to integers.
+    remainingScale: 1_000_000,
   });
 }

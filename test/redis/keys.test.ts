@@ -43,7 +43,7 @@ const algorithms: [string, string[], number, (redis: RedisScriptClient, prefix: 
   ],
   [
     'sliding log',
-    ['sl', 'sl:seq'],
+    ['sl'],
     WINDOW_MS,
     (redis, prefix) => createRedisSlidingLog({ redis, prefix, limit: 3, windowMs: WINDOW_MS }),
   ],
@@ -92,6 +92,73 @@ describe('Redis limiter keys', { skip: !redisServerAvailable() && process.env.CI
     assert.equal(await scriptCalls(), before);
     await limiters[0]!.limit('k');
     assert.ok((await scriptCalls()) > before, 'a valid call is counted, so the check can fail');
+  });
+
+  async function redisNowMs(): Promise<number> {
+    const [sec, usec] = await client.time();
+    return Number(sec) * 1000 + Math.floor(Number(usec) / 1000);
+  }
+
+  it('fixed window and sliding counter expire exactly at an epoch-aligned window end (PEXPIRETIME)', async () => {
+    const windowMs = 60_000;
+    const fixed = createRedisFixedWindow({ redis: ioredisAdapter(client), prefix: 'at', limit: 5, windowMs });
+    const sliding = createRedisSlidingCounter({
+      redis: ioredisAdapter(client),
+      prefix: 'at',
+      limit: 5,
+      windowMs,
+    });
+    for (let attempt = 0; attempt < 5; attempt++) {
+      await client.del('at:{k}:fw', 'at:{k}:sc');
+      const beforeMs = await redisNowMs();
+      const windowStartMs = beforeMs - (beforeMs % windowMs);
+      const decisions = [await fixed.limit('k'), await fixed.limit('k'), await sliding.limit('k')];
+      const afterMs = await redisNowMs();
+      if (afterMs - (afterMs % windowMs) !== windowStartMs) continue; // straddled a boundary: retry
+      assert.equal(Number(await client.call('PEXPIRETIME', 'at:{k}:fw')), windowStartMs + windowMs);
+      assert.equal(Number(await client.call('PEXPIRETIME', 'at:{k}:sc')), windowStartMs + 2 * windowMs);
+      assert.deepEqual(
+        decisions.map((d) => [d.remaining, d.resetAtMs]),
+        [
+          [4, windowStartMs + windowMs],
+          [3, windowStartMs + windowMs],
+          [4, windowStartMs + 2 * windowMs],
+        ],
+      );
+      return;
+    }
+    assert.fail('every attempt straddled a window boundary');
+  });
+
+  it("fixed window: a count still visible from the previous window is restarted, this window's is kept", async () => {
+    // Redis checks expiry at the script's start time and keeps a key alive through its expiry
+    // millisecond, so the previous window's count can be read in the first moment of the next. The
+    // count's sign tells the two apart; here the leftover is planted with a long TTL.
+    const windowMs = 60_000;
+    const limiter = createRedisFixedWindow({
+      redis: ioredisAdapter(client),
+      prefix: 'sign',
+      limit: 10,
+      windowMs,
+    });
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const beforeMs = await redisNowMs();
+      const windowIndex = Math.floor(beforeMs / windowMs);
+      const thisSign = windowIndex % 2 === 0 ? -1 : 1;
+      await client.set('sign:{old}:fw', -thisSign * 7, 'PX', 5 * windowMs);
+      await client.set('sign:{cur}:fw', thisSign * 7, 'PX', 5 * windowMs);
+      const old = await limiter.limit('old');
+      const cur = await limiter.limit('cur');
+      const afterMs = await redisNowMs();
+      if (Math.floor(afterMs / windowMs) !== windowIndex) continue;
+      assert.equal(old.remaining, 9, 'the leftover from the previous window is not counted');
+      assert.equal(Number(await client.get('sign:{old}:fw')), thisSign);
+      assert.equal(Number(await client.call('PEXPIRETIME', 'sign:{old}:fw')), (windowIndex + 1) * windowMs);
+      assert.equal(cur.remaining, 2, "this window's count is kept");
+      assert.equal(Number(await client.get('sign:{cur}:fw')), thisSign * 8);
+      return;
+    }
+    assert.fail('every attempt straddled a window boundary');
   });
 
   for (const [name, suffixes, maxTtlMs, create] of algorithms) {

@@ -269,7 +269,7 @@ describe('Redis limiter faults', () => {
     assert.equal(limiter.stats.failClosed, 1);
   });
 
-  it('an error reply resolves with fail-closed and the timer is cancelled', async () => {
+  it('an error reply resolves with fail-closed, and no timer outlives the timeout', async () => {
     const redis = createRecordingRedisClient(async () => {
       throw new Error('READONLY You cannot write against a read only replica.');
     });
@@ -286,6 +286,10 @@ describe('Redis limiter faults', () => {
     assert.equal(decision.reason, 'fail-closed');
     assert.equal(decision.storeFault, 'error');
     assert.equal(decision.resetAtMs, clock.nowMs() + FAIL_CLOSED_RETRY_AFTER_MS);
+    // The shared deadline timer is not cancelled per call: it fires once, finds nothing in
+    // flight and is not armed again.
+    assert.ok(clock.pendingTimers <= 1, `${clock.pendingTimers} timers`);
+    clock.advance(100);
     assert.equal(clock.pendingTimers, 0);
     assert.equal(limiter.stats.errors, 1);
     assert.equal(limiter.stats.timeouts, 0);
@@ -414,6 +418,135 @@ describe('Redis limiter faults', () => {
     assert.deepEqual(sources, [fixedWindowScript.source]);
     assert.equal(limiter.stats.noscriptReloads, 1);
     assert.equal(limiter.stats.errors, 0);
+  });
+});
+
+describe('Redis limiter deadlines (one shared timer)', () => {
+  it('each call times out at its own deadline, however many are in flight', async () => {
+    const pending: ReturnType<typeof deferred<unknown>>[] = [];
+    const redis = createRecordingRedisClient(() => {
+      const d = deferred<unknown>();
+      pending.push(d);
+      return d.promise;
+    });
+    const clock = new ManualClock();
+    const limiter = createRedisFixedWindow({
+      redis,
+      limit: 5,
+      windowMs: 1000,
+      timeoutMs: 50,
+      scheduler: clock,
+    });
+    const settledAt: (number | undefined)[] = [undefined, undefined, undefined];
+    const track = (i: number, call: Promise<Decision>) =>
+      call.then((d) => {
+        settledAt[i] = clock.nowMs();
+        return d;
+      });
+    const startMs = clock.nowMs();
+    const a = track(0, limiter.limit('a'));
+    clock.advance(20);
+    const b = track(1, limiter.limit('b'));
+    clock.advance(10);
+    const c = track(2, limiter.limit('c'));
+    pending[1]!.resolve([1, 4, 0, 0]); // b answers in time
+    await flushMicrotasks();
+    assert.equal(clock.pendingTimers, 1, 'one timer for all calls in flight');
+    clock.advance(19); // t = 49
+    await flushMicrotasks();
+    assert.deepEqual(settledAt, [undefined, startMs + 30, undefined]);
+    clock.advance(1); // t = 50: a's deadline
+    await flushMicrotasks();
+    assert.deepEqual(settledAt, [startMs + 50, startMs + 30, undefined]);
+    clock.advance(29); // t = 79
+    await flushMicrotasks();
+    assert.equal(settledAt[2], undefined, 'c is not timed out before its own deadline');
+    clock.advance(1); // t = 80: c's deadline
+    await flushMicrotasks();
+    assert.equal(settledAt[2], startMs + 80);
+    assert.equal((await a).storeFault, 'timeout');
+    assert.equal((await b).reason, undefined);
+    assert.equal((await c).storeFault, 'timeout');
+    assert.equal(clock.pendingTimers, 0);
+    assert.deepEqual(
+      { timeouts: limiter.stats.timeouts, failOpen: limiter.stats.failOpen },
+      { timeouts: 2, failOpen: 2 },
+    );
+  });
+
+  it('a call made after an idle spell still gets its full timeout', async () => {
+    const pending: ReturnType<typeof deferred<unknown>>[] = [];
+    const redis = createRecordingRedisClient(() => {
+      const d = deferred<unknown>();
+      pending.push(d);
+      return d.promise;
+    });
+    const clock = new ManualClock();
+    const limiter = createRedisSlidingCounter({
+      redis,
+      limit: 5,
+      windowMs: 1000,
+      timeoutMs: 50,
+      scheduler: clock,
+    });
+    const first = limiter.limit('k');
+    pending[0]!.resolve([1, 4, 0, 0]);
+    await first;
+    clock.advance(40); // the timer armed for the first call is still pending (due at 50)
+    let settled = false;
+    const second = limiter.limit('k').then((d) => {
+      settled = true;
+      return d;
+    });
+    clock.advance(10); // the old timer fires at 50; the second call's deadline is 90
+    await flushMicrotasks();
+    assert.equal(settled, false);
+    clock.advance(39);
+    await flushMicrotasks();
+    assert.equal(settled, false);
+    clock.advance(1);
+    assert.equal((await second).storeFault, 'timeout');
+  });
+
+  it('NOSCRIPT after the timeout answered: no EVAL is sent, nothing is counted as a reload', async () => {
+    const pending: ReturnType<typeof deferred<unknown>>[] = [];
+    const redis = createRecordingRedisClient(() => {
+      const d = deferred<unknown>();
+      pending.push(d);
+      return d.promise;
+    });
+    const clock = new ManualClock();
+    const limiter = createRedisTokenBucket({
+      redis,
+      capacity: 5,
+      refillPerSec: 1,
+      timeoutMs: 50,
+      scheduler: clock,
+    });
+    const call = limiter.limit('k');
+    clock.advance(50);
+    assert.equal((await call).storeFault, 'timeout');
+    pending[0]!.reject(new Error('NOSCRIPT No matching script. Please use EVAL.'));
+    await flushMicrotasks();
+    assert.deepEqual(
+      redis.calls.map((c) => c.command),
+      ['evalsha'],
+      'the abandoned call sends no EVAL',
+    );
+    assert.equal(limiter.stats.noscriptReloads, 0);
+
+    // Not abandoned: the same NOSCRIPT does fall back, so the check above can fail.
+    const live = limiter.limit('k');
+    pending[1]!.reject(new Error('NOSCRIPT No matching script. Please use EVAL.'));
+    await flushMicrotasks();
+    assert.deepEqual(
+      redis.calls.map((c) => c.command),
+      ['evalsha', 'evalsha', 'eval'],
+    );
+    pending[2]!.resolve([1, 4_000_000, 0, 0]);
+    const decision = await live;
+    assert.equal(decision.remaining, 4, 'token bucket replies millionths');
+    assert.equal(limiter.stats.noscriptReloads, 1);
   });
 });
 

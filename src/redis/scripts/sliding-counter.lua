@@ -10,15 +10,16 @@
 --
 -- estimate = previous * (window_ms - elapsed_ms) / window_ms + current. The comparison is done
 -- multiplied through by window_ms so it is exact integer arithmetic (doubles hold integers to
--- 2^53). The error bound of this estimate is derived in docs/redis-limiters.md. The key lives
--- until the end of the next window, after which its count no longer weighs on anything.
+-- 2^53). The error bound of this estimate is derived in docs/redis-limiters.md. The first write
+-- of a window rewrites the hash and PEXPIREATs it to the end of the next window (after which its
+-- count no longer weighs on anything); later writes in the window only HINCRBY `c`.
 local time = redis.call('TIME')
-local now_ms = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 
-local window_start = now_ms - (now_ms % window_ms)
+local window_start = now_ms - now_ms % window_ms
 local elapsed = now_ms - window_start
 local overlap = window_ms - elapsed
 
@@ -31,25 +32,13 @@ if stored_start == window_start then
 elseif stored_start == window_start - window_ms then
   previous = tonumber(stored[2]) or 0
 end
+local weighted = previous * overlap
 
-local function remaining_after(counted)
-  local scaled = limit * window_ms - previous * overlap - counted * window_ms
-  if scaled <= 0 then return 0 end
-  return math.floor(scaled / window_ms)
-end
-
-local function reset_at(counted)
-  if counted > 0 then return window_start + 2 * window_ms end
-  if previous > 0 then return window_start + window_ms end
-  return now_ms
-end
-
-if previous * overlap + (current + cost) * window_ms > limit * window_ms then
+if weighted + (current + cost) * window_ms > limit * window_ms then
   local retry_ms
   if current + cost <= limit then
     -- Later in this window: the previous window's weight falls until the estimate has room.
-    local wait_until = window_ms - math.floor((limit - current - cost) * window_ms / previous)
-    retry_ms = wait_until - elapsed
+    retry_ms = window_ms - math.floor((limit - current - cost) * window_ms / previous) - elapsed
   else
     -- Next window: this window's count becomes the weighted previous one.
     local wait_until = window_ms - math.floor((limit - cost) * window_ms / current)
@@ -57,12 +46,28 @@ if previous * overlap + (current + cost) * window_ms > limit * window_ms then
     retry_ms = overlap + wait_until
   end
   if retry_ms < 1 then retry_ms = 1 end
-  return {0, remaining_after(current), reset_at(current), retry_ms}
+  local scaled = limit * window_ms - weighted - current * window_ms
+  local remaining = 0
+  if scaled > 0 then remaining = math.floor(scaled / window_ms) end
+  local reset_at_ms = now_ms
+  if current > 0 then reset_at_ms = window_start + 2 * window_ms
+  elseif previous > 0 then reset_at_ms = window_start + window_ms end
+  return {0, remaining, reset_at_ms, retry_ms}
 end
 
 if cost > 0 then
+  if stored_start == window_start then
+    redis.call('HINCRBY', KEYS[1], 'c', cost)
+  else
+    redis.call('HSET', KEYS[1], 'w', window_start, 'c', cost, 'p', previous)
+    redis.call('PEXPIREAT', KEYS[1], window_start + 2 * window_ms)
+  end
   current = current + cost
-  redis.call('HSET', KEYS[1], 'w', window_start, 'c', current, 'p', previous)
-  redis.call('PEXPIRE', KEYS[1], window_start + 2 * window_ms - now_ms)
 end
-return {1, remaining_after(current), reset_at(current), 0}
+local scaled = limit * window_ms - weighted - current * window_ms
+local remaining = 0
+if scaled > 0 then remaining = math.floor(scaled / window_ms) end
+local reset_at_ms = now_ms
+if current > 0 then reset_at_ms = window_start + 2 * window_ms
+elseif previous > 0 then reset_at_ms = window_start + window_ms end
+return {1, remaining, reset_at_ms, 0}

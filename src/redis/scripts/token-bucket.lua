@@ -1,58 +1,68 @@
 -- Token bucket refilled continuously on the Redis clock.
 --
--- KEYS[1]  hash `<prefix>:{<key>}:tb`; fields `tokens` = tokens left at `ts` (decimal string,
---          may be fractional), `ts` = time of that count (epoch microseconds).
+-- KEYS[1]  string `<prefix>:{<key>}:tb` = `<tokens> <seconds> <microseconds>`: tokens left
+--          (`%.17g`, may be fractional) at that Redis TIME, whose two parts are stored as TIME
+--          returned them.
 -- ARGV[1]  capacity: bucket size, the largest burst (number > 0).
 -- ARGV[2]  refill_per_sec: tokens added per second (number > 0).
 -- ARGV[3]  cost: tokens this call takes (number >= 0; 0 peeks without writing).
--- Returns  {allowed (1|0), remaining (decimal string, 6 places), reset_at_ms, retry_after_ms};
---          remaining is a string because Redis truncates Lua numbers in replies to integers.
+-- Returns  {allowed (1|0), remaining_micro, reset_at_ms, retry_after_ms}, all integers;
+--          remaining_micro = tokens left in millionths, rounded down (Redis truncates Lua
+--          numbers in replies to integers, so fractions travel scaled).
 --
 -- A missing key is a full bucket, so the key only has to live until the bucket would be full
--- again: its PEXPIRE is exactly that time. If the Redis clock steps backwards, no tokens are
--- added until it passes the stored time again (the stored time never moves backwards).
+-- again: one SET ... PX writes the state and exactly that TTL. If the Redis clock steps
+-- backwards, no tokens are added until it passes the stored time again (the stored time never
+-- moves backwards).
 local time = redis.call('TIME')
-local now_us = tonumber(time[1]) * 1000000 + tonumber(time[2])
-local now_ms = math.floor(now_us / 1000)
 local capacity = tonumber(ARGV[1])
 local refill_per_sec = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 -- Refill arithmetic is in doubles; allow for their rounding so an exactly refilled token counts.
 local epsilon = 1e-9
+local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 
-local stored = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = capacity
-local ts = now_us
-if stored[1] then
-  tokens = tonumber(stored[1])
-  ts = tonumber(stored[2])
-  if now_us > ts then
-    tokens = math.min(capacity, tokens + (now_us - ts) * refill_per_sec / 1000000)
-    ts = now_us
+local sec, usec = time[1], time[2]
+local stored = redis.call('GET', KEYS[1])
+if stored then
+  local stored_tokens, stored_sec, stored_usec = string.match(stored, '^(%S+) (%d+) (%d+)$')
+  tokens = tonumber(stored_tokens)
+  local elapsed_us = (sec - stored_sec) * 1000000 + (usec - stored_usec)
+  if elapsed_us > 0 then
+    tokens = tokens + elapsed_us * refill_per_sec / 1000000
+    if tokens > capacity then tokens = capacity end
+  else
+    sec, usec = stored_sec, stored_usec
   end
 end
 
-local function ms_to_refill(amount)
-  if amount <= epsilon then return 0 end
-  return math.ceil(amount * 1000 / refill_per_sec)
-end
-
-local function text(amount)
+-- Millionths of a token fit a double exactly below 2^53; beyond that (capacity > ~9e9) the
+-- integer reply would overflow, so it is sent as decimal text instead.
+local function micro(amount)
   if amount < 0 then amount = 0 end
-  return string.format('%.6f', math.floor(amount * 1000000 + epsilon) / 1000000)
+  local scaled = math.floor(amount * 1000000 + epsilon)
+  if scaled >= 9007199254740992 then return string.format('%.0f', scaled) end
+  return scaled
 end
 
 if tokens + epsilon < cost then
-  local retry_ms = ms_to_refill(cost - tokens)
+  local retry_ms = math.ceil((cost - tokens) * 1000 / refill_per_sec)
   if retry_ms < 1 then retry_ms = 1 end
-  return {0, text(tokens), now_ms + ms_to_refill(capacity - tokens), retry_ms}
+  return {0, micro(tokens), now_ms + math.ceil((capacity - tokens) * 1000 / refill_per_sec), retry_ms}
 end
 
 if cost > 0 then
-  tokens = math.max(0, tokens - cost)
-  local ttl_ms = ms_to_refill(capacity - tokens)
-  if ttl_ms < 1 then ttl_ms = 1 end
-  redis.call('HSET', KEYS[1], 'tokens', string.format('%.17g', tokens), 'ts', string.format('%.0f', ts))
-  redis.call('PEXPIRE', KEYS[1], ttl_ms)
+  tokens = tokens - cost
+  if tokens < 0 then tokens = 0 end
 end
-return {1, text(tokens), now_ms + ms_to_refill(capacity - tokens), 0}
+local full_ms = 0
+if capacity - tokens > epsilon then full_ms = math.ceil((capacity - tokens) * 1000 / refill_per_sec) end
+if cost > 0 then
+  local ttl_ms = full_ms
+  if ttl_ms < 1 then ttl_ms = 1 end
+  -- Past 1e14 a Lua number is passed to Redis in exponent notation, which PX refuses.
+  if ttl_ms >= 1e14 then ttl_ms = string.format('%.0f', ttl_ms) end
+  redis.call('SET', KEYS[1], string.format('%.17g', tokens) .. ' ' .. sec .. ' ' .. usec, 'PX', ttl_ms)
+end
+return {1, micro(tokens), now_ms + full_ms, 0}
