@@ -348,7 +348,15 @@ export function parseLimitsConfig(text: string, fileName = '<limits>'): LimitsCo
       `YAML error: alias *${unresolved.source} has no anchor`,
     );
   }
-  const result = checkLimitsConfig(doc.toJS());
+  let value: unknown;
+  try {
+    value = doc.toJS();
+  } catch (error) {
+    // The yaml library refuses alias bombs (billion laughs) while converting, with a plain Error.
+    const what = error instanceof Error ? error.message : String(error);
+    throw configError(fileName, 1, 1, undefined, `YAML error: ${what}`);
+  }
+  const result = checkLimitsConfig(value);
   if ('config' in result) return result.config;
   const { issue } = result;
   const offset = locate(doc.contents, issue.path, issue.atKey === true);
