@@ -17,6 +17,9 @@ const ZIPF_EXPONENT = 1.2;
 export interface DemoStream {
   /** The bucket key the data plane offers load to. */
   bucket: string;
+  /** Through the proxies: the request that lands in this bucket (see demoProxyRulesYaml). */
+  path: string;
+  caller?: string;
   /** Offered rate over the whole fleet at `tS` seconds after the demo started, before scaling. */
   rateAt(tS: number): number;
 }
@@ -38,10 +41,16 @@ const callerWeights = zipfWeights(DEMO_CALLERS.length, ZIPF_EXPONENT);
 const callersTotalAt = (tS: number) => 220 + 100 * wave(tS, 50);
 
 export const DEMO_STREAMS: readonly DemoStream[] = [
-  { bucket: 'checkout', rateAt: (tS) => 170 + 60 * wave(tS, 40) + (inSpike(tS) ? 200 : 0) },
-  { bucket: 'search', rateAt: (tS) => 120 + 80 * wave(tS, 30, 1) },
+  {
+    bucket: 'checkout',
+    path: '/checkout',
+    rateAt: (tS) => 170 + 60 * wave(tS, 40) + (inSpike(tS) ? 200 : 0),
+  },
+  { bucket: 'search', path: '/search', rateAt: (tS) => 120 + 80 * wave(tS, 30, 1) },
   ...DEMO_CALLERS.map((caller, i) => ({
     bucket: `api:caller=${caller}`,
+    path: '/api/orders',
+    caller,
     rateAt: (tS: number) => callersTotalAt(tS) * callerWeights[i]!,
   })),
 ];
@@ -74,6 +83,51 @@ export function demoLimitsYaml(scale: number): string {
     '    maxInstances: 100',
     '    overrides:',
     `      acme: ${n(100)}`,
+    '',
+  ].join('\n');
+}
+
+/**
+ * The rules file of the demo's sidecar proxies (docs/proxy.md): global backend, one bucket per
+ * route, keyed so that the rendered keys are the controller's bucket keys. The controller decides
+ * limits and modes; the `limit`s here only feed the RateLimit headers clients see.
+ */
+export function demoProxyRulesYaml(options: {
+  upstreamUrl: string;
+  aggregator: string;
+  zone: string;
+  scale: number;
+}): string {
+  const n = (value: number) => Math.max(1, Math.round(value * options.scale));
+  return [
+    '# Written by `spillway demo` for its sidecar proxies.',
+    'version: 1',
+    'upstream:',
+    `  url: ${options.upstreamUrl}`,
+    '  connections: 16',
+    'backend:',
+    '  kind: global',
+    `  aggregators: ["${options.aggregator}"]`,
+    `  zone: ${options.zone}`,
+    'buckets:',
+    '  - name: checkout',
+    '    key: checkout',
+    `    limit: ${n(200)}`,
+    '    windowSec: 1',
+    '    match:',
+    '      path: /checkout',
+    '  - name: search',
+    '    key: search',
+    `    limit: ${n(150)}`,
+    '    windowSec: 1',
+    '    match:',
+    '      path: /search',
+    '  - name: per-caller',
+    '    key: "api:caller={header:x-caller}"',
+    `    limit: ${n(40)}`,
+    '    windowSec: 1',
+    '    match:',
+    '      prefix: /api',
     '',
   ].join('\n');
 }

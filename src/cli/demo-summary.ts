@@ -27,7 +27,7 @@ export function formatDemoSummary(
   const minutes = Math.floor(elapsedS / 60);
   const seconds = Math.floor(elapsedS % 60);
   return [
-    `t=${minutes}:${String(seconds).padStart(2, '0')}  phase: ${phase}  controller tick ${view.controller.version}`,
+    `t=${minutes}:${String(seconds).padStart(2, '0')}  phase: ${phase}  controller tick ${view.controller.ticks}`,
     line(header),
     ...(rows.length > 0 ? rows.map(line) : ['(no bucket reported yet)']),
     `${view.hostsTotal} hosts via ${aggregators} aggregators${late > 0 ? ` (${late} late)` : ''}` +

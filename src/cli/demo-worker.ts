@@ -7,8 +7,10 @@ import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createGrpcControlClient } from '../transport/grpc-control-client.js';
 import { usageError } from './command-line.js';
+import { createHttpLoad } from './demo-http-load.js';
 import { createVaryingLoad } from './demo-load.js';
 import { DEMO_STREAMS } from './demo-plan.js';
+import { startDemoUpstream } from './demo-upstream.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 
 /**
@@ -30,17 +32,34 @@ const hostSpec = z.strictObject({
 
 export type DemoHostSpec = z.infer<typeof hostSpec>;
 
+const httpLoadSpec = z.strictObject({
+  /** The sidecar proxies' addresses and the share of the requests each gets. */
+  targets: z.array(z.strictObject({ address: z.string().min(1), weight: z.number().positive() })).min(1),
+  startedAtMs: z.number(),
+  scale: z.number().positive(),
+});
+
+export type DemoHttpLoadSpec = z.infer<typeof httpLoadSpec>;
+
 export async function runDemoWorker(argv: string[]): Promise<number> {
   const [flag, role, specFlag, specText] = argv;
   if (flag !== '--worker' || specFlag !== '--spec' || specText === undefined || argv.length !== 4) {
     throw usageError('internal: spillway demo --worker <role> --spec <json>');
   }
   if (role === 'host') return runHost(parseSpec(hostSpec, specText));
+  if (role === 'upstream') return runUpstream();
+  if (role === 'http-load') return runHttpLoad(parseSpec(httpLoadSpec, specText));
   throw usageError(`internal: unknown demo worker role '${role}'`);
 }
 
 function parseSpec<T>(schema: z.ZodType<T>, text: string): T {
-  const parsed = schema.safeParse(JSON.parse(text));
+  let value: unknown;
+  try {
+    value = JSON.parse(text);
+  } catch {
+    throw usageError('internal: the worker spec is not JSON');
+  }
+  const parsed = schema.safeParse(value);
   if (!parsed.success) throw usageError(`internal: bad worker spec: ${parsed.error.issues[0]?.message}`);
   return parsed.data;
 }
@@ -84,6 +103,43 @@ async function runHost(spec: DemoHostSpec): Promise<number> {
     load.stop();
     await limiter.stop({ finalReport: false });
     for (const client of clients) client.close();
+    await ops.close();
+  });
+  return 0;
+}
+
+/** The small HTTP service behind the demo's proxies. */
+async function runUpstream(): Promise<number> {
+  const logger = createLogger({ component: 'host', id: 'demo-upstream', level: 'warn' });
+  const upstream = await startDemoUpstream(logger);
+  logListening(logger, { http: upstream.address, ops: upstream.address });
+  await stopRequested(logger);
+  await shutdownWithin(logger, 10_000, () => upstream.close());
+  return 0;
+}
+
+/**
+ * The demo's HTTP clients. `/healthz` on its ops address returns `counts`: responses so far
+ * (`sent`, `ok`, `limited` (429), `failed`, `skipped`), which the demo's summary turns into rates.
+ */
+async function runHttpLoad(spec: DemoHttpLoadSpec): Promise<number> {
+  const logger = createLogger({ component: 'host', id: 'demo-load', level: 'warn' });
+  const metrics = createMetrics({ component: 'host', id: 'demo-load', processMetrics: false });
+  const load = createHttpLoad({
+    streams: DEMO_STREAMS,
+    targets: spec.targets,
+    startedAtMs: spec.startedAtMs,
+    scale: spec.scale,
+  });
+  const ops = await startOpsServer({
+    registry: metrics.registry,
+    health: () => ({ ok: true, counts: { ...load.counts } }),
+  });
+  load.start();
+  logListening(logger, { ops: ops.address, targets: spec.targets.map((t) => t.address) });
+  await stopRequested(logger);
+  await shutdownWithin(logger, 10_000, async () => {
+    load.close();
     await ops.close();
   });
   return 0;

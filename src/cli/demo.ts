@@ -10,8 +10,10 @@ import {
   parseHostPort,
   runCommand,
   stringFlag,
+  usageError,
 } from './command-line.js';
-import { DEMO_STREAMS, demoLimitsYaml, demoPhase } from './demo-plan.js';
+import type { HttpLoadCounts } from './demo-http-load.js';
+import { DEMO_CYCLE_S, DEMO_STREAMS, demoLimitsYaml, demoPhase, demoProxyRulesYaml } from './demo-plan.js';
 import { createDemoProcessGroup, type DemoChild } from './demo-processes.js';
 import { formatDemoSummary } from './demo-summary.js';
 import { runDemoWorker } from './demo-worker.js';
@@ -20,8 +22,9 @@ export const spec: CommandSpec = {
   name: 'demo',
   summary:
     'Start a whole global rate limiter on this machine, one process per part (a controller with its ' +
-    'dashboard, two zone aggregators, data-plane hosts and their changing, skewed load), print the ' +
-    'dashboard URL and a live summary, and stop everything on Ctrl-C.',
+    'dashboard, two zone aggregators, sidecar proxies in front of a small upstream, and an HTTP load ' +
+    'generator whose changing, skewed load crosses the limits), print the dashboard URL and a live ' +
+    'summary, and stop everything on Ctrl-C.',
   flags: {
     duration: {
       type: 'string',
@@ -29,7 +32,20 @@ export const spec: CommandSpec = {
       description: 'stop after this long once the cluster is up',
       defaultText: 'run until Ctrl-C',
     },
-    hosts: { type: 'string', valueName: 'n', description: 'data-plane host processes', defaultText: '4' },
+    'data-plane': {
+      type: 'string',
+      valueName: 'proxy|host',
+      description:
+        'proxy: sidecar proxies (global backend) in front of an upstream, fed HTTP by a load generator; ' +
+        'host: processes calling the global limiter in memory, no HTTP',
+      defaultText: 'proxy',
+    },
+    hosts: {
+      type: 'string',
+      valueName: 'n',
+      description: 'data-plane processes (proxies or hosts), spread over the two zones',
+      defaultText: '4',
+    },
     dashboard: {
       type: 'string',
       valueName: 'host:port',
@@ -64,14 +80,25 @@ export function run(argv: string[]): Promise<number> {
 }
 
 const ZONES = ['z1', 'z2'] as const;
-/** Uneven hosts: one busy, one quiet, one in between per zone. */
-const HOST_WEIGHTS = [4, 1.5, 3, 1.5];
+/** Uneven data-plane processes: per zone one busy, one quiet (and so on). */
+const PROCESS_WEIGHTS = [4, 1.5, 3, 1.5];
+
+interface DataPlane {
+  /** For the banner. */
+  description: string;
+  /** One more summary line, if the data plane has something to say (HTTP outcomes). */
+  status?: () => Promise<string>;
+}
 
 async function runDemo(values: FlagValues): Promise<number> {
   const durationS = numberFlag(values, 'duration', 0, { min: 0 });
-  const hostCount = numberFlag(values, 'hosts', 4, { min: 1, integer: true });
+  const processCount = numberFlag(values, 'hosts', 4, { min: 1, integer: true });
   const scale = numberFlag(values, 'scale', 1, { min: 0.01 });
   const summaryEveryS = numberFlag(values, 'summary-every', 2, { min: 0.5 });
+  const dataPlaneKind = stringFlag(values, 'data-plane') ?? 'proxy';
+  if (dataPlaneKind !== 'proxy' && dataPlaneKind !== 'host') {
+    throw usageError(`--data-plane must be proxy or host, got '${dataPlaneKind}'`, { flag: 'data-plane' });
+  }
   const dashboardAt = stringFlag(values, 'dashboard') ?? '127.0.0.1:0';
   parseHostPort('dashboard', dashboardAt);
   const verbose = values.verbose === true;
@@ -95,7 +122,9 @@ async function runDemo(values: FlagValues): Promise<number> {
 
   try {
     out.write(
-      `spillway demo: starting a controller, ${ZONES.length} aggregators and ${hostCount} hosts...\n`,
+      `spillway demo: starting a controller, ${ZONES.length} aggregators and ${processCount} ${
+        dataPlaneKind === 'proxy' ? 'sidecar proxies' : 'hosts'
+      }...\n`,
     );
     const controller = await startOrStop(
       stopSignal,
@@ -111,6 +140,8 @@ async function runDemo(values: FlagValues): Promise<number> {
           '127.0.0.1:0',
           '--dashboard',
           dashboardAt,
+          '--history',
+          join(dir, 'history.sqlite'),
           '--id',
           'demo-controller',
         ],
@@ -141,43 +172,109 @@ async function runDemo(values: FlagValues): Promise<number> {
       ),
     );
     if (!aggregators) return 0;
-    const weights = Array.from({ length: hostCount }, (_, i) => HOST_WEIGHTS[i % HOST_WEIGHTS.length]!);
-    const totalWeight = weights.reduce((a, b) => a + b, 0);
-    const startedAtMs = Date.now();
-    const hosts = await startOrStop(
-      stopSignal,
-      Promise.all(
-        weights.map((weight, i) => {
-          const zoneIndex = i % ZONES.length;
-          const workerSpec = {
-            id: `demo-host-${i + 1}`,
-            zone: ZONES[zoneIndex]!,
-            aggregators: [String(aggregators[zoneIndex]!.listening.grpc)],
-            startedAtMs,
-            share: weight / totalWeight,
-            scale,
-          };
-          return group.start(workerSpec.id, [
-            'demo',
-            '--worker',
-            'host',
-            '--spec',
-            JSON.stringify(workerSpec),
-          ]);
-        }),
-      ),
+    const weights = Array.from(
+      { length: processCount },
+      (_, i) => PROCESS_WEIGHTS[i % PROCESS_WEIGHTS.length]!,
     );
-    if (!hosts) return 0;
+    const totalWeight = weights.reduce((a, b) => a + b, 0);
+    const zoneOf = (i: number) => i % ZONES.length;
+    const aggregatorOf = (i: number) => String(aggregators[zoneOf(i)]!.listening.grpc);
+    const startedAtMs = Date.now();
+
+    const dataPlane: DataPlane | undefined =
+      dataPlaneKind === 'host'
+        ? await startOrStop(
+            stopSignal,
+            Promise.all(
+              weights.map((weight, i) => {
+                const workerSpec = {
+                  id: `demo-host-${i + 1}`,
+                  zone: ZONES[zoneOf(i)]!,
+                  aggregators: [aggregatorOf(i)],
+                  startedAtMs,
+                  share: weight / totalWeight,
+                  scale,
+                };
+                return group.start(workerSpec.id, worker('host', workerSpec));
+              }),
+            ).then(() => ({
+              description: `${processCount} data-plane hosts (load offered in memory, no HTTP)`,
+            })),
+          )
+        : await startOrStop(stopSignal, startProxies());
+    if (!dataPlane) return 0;
+
+    async function startProxies(): Promise<DataPlane> {
+      const upstream = await group.start('upstream', worker('upstream', {}));
+      const upstreamUrl = `http://${String(upstream.listening.http)}`;
+      for (const [z, zone] of ZONES.entries()) {
+        writeFileSync(
+          join(dir, `proxy-${zone}.yaml`),
+          demoProxyRulesYaml({ upstreamUrl, aggregator: aggregatorOf(z), zone, scale }),
+        );
+      }
+      const proxies = await Promise.all(
+        weights.map((_, i) =>
+          group.start(`proxy-${i + 1}`, [
+            'proxy',
+            '--config',
+            join(dir, `proxy-${ZONES[zoneOf(i)]}.yaml`),
+            '--listen',
+            '127.0.0.1:0',
+            '--ops',
+            '127.0.0.1:0',
+            '--id',
+            `demo-proxy-${i + 1}`,
+            '--log-level',
+            'warn',
+          ]),
+        ),
+      );
+      const load = await group.start(
+        'load',
+        worker('http-load', {
+          targets: proxies.map((p, i) => ({ address: String(p.listening.proxy), weight: weights[i]! })),
+          startedAtMs,
+          scale,
+        }),
+      );
+      let previous: { atMs: number; counts: HttpLoadCounts } | undefined;
+      return {
+        description:
+          `${processCount} sidecar proxies (global backend) in front of 1 upstream, ` +
+          '1 HTTP load generator sending through them',
+        async status() {
+          const health = (await (
+            await fetch(`http://${String(load.listening.ops)}/healthz`, {
+              signal: AbortSignal.timeout(2_000),
+            })
+          ).json()) as { counts: HttpLoadCounts };
+          const now = { atMs: Date.now(), counts: health.counts };
+          const before = previous;
+          previous = now;
+          if (!before) return 'HTTP through the proxies: measuring...';
+          const perS = (key: keyof HttpLoadCounts) =>
+            ((now.counts[key] - before.counts[key]) / ((now.atMs - before.atMs) / 1000)).toFixed(0);
+          return (
+            `HTTP through the proxies: ${perS('sent')} req/s sent, ${perS('ok')}/s 200, ` +
+            `${perS('limited')}/s 429, ${perS('failed')}/s failed` +
+            (now.counts.skipped > before.counts.skipped
+              ? `, ${perS('skipped')}/s skipped (client overloaded)`
+              : '')
+          );
+        },
+      };
+    }
 
     const banner = [
       '',
-      `Spillway demo: 1 controller, ${ZONES.length} zone aggregators, ${hostCount} data-plane hosts, each its own process on loopback.`,
+      `Spillway demo: 1 controller, ${ZONES.length} zone aggregators, ${dataPlane.description}; each its own process on loopback.`,
       `  dashboard    ${dashboardUrl}#token=${token}`,
       '               (the #token part fills in the admin token for the flip/limit buttons)',
       `  API          ${dashboardUrl}api/snapshot`,
       `  metrics      http://${String(controller.listening.ops)}/metrics (controller)`,
       `  limits file  ${limitsPath} (edit it: the controller reloads it)`,
-      `  load         ${DEMO_STREAMS.length} buckets, changing over a 60 s cycle; buckets go over their limits in turn`,
+      `  load         ${DEMO_STREAMS.length} buckets, changing over a ${DEMO_CYCLE_S} s cycle; each goes over its limit in turn`,
       `  processes    ${group.children.map((c) => `${c.name}=${c.pid}`).join(' ')}`,
       durationS > 0 ? `Stopping after ${durationS} s (or on Ctrl-C).` : 'Press Ctrl-C to stop.',
       '',
@@ -191,6 +288,7 @@ async function runDemo(values: FlagValues): Promise<number> {
         const view = (await response.json()) as DashboardView;
         const elapsedS = (Date.now() - startedAtMs) / 1000;
         text = formatDemoSummary(view, { elapsedS, phase: demoPhase(elapsedS) });
+        if (dataPlane.status) text += `\n${await dataPlane.status()}`;
       } catch (error) {
         text = `(the controller did not answer: ${(error as Error).message})`;
       }
@@ -225,6 +323,11 @@ async function runDemo(values: FlagValues): Promise<number> {
     rmSync(dir, { recursive: true, force: true });
     out.write(`spillway demo: stopped (${group.children.length} processes exited)\n`);
   }
+}
+
+/** Arguments that start one of the demo's own processes (src/cli/demo-worker.ts). */
+function worker(role: string, workerSpec: object): string[] {
+  return ['demo', '--worker', role, '--spec', JSON.stringify(workerSpec)];
 }
 
 /** Waits for `starting`, unless a stop signal comes first (then undefined: the caller returns). */

@@ -3,9 +3,9 @@ import type { ChildProcess } from 'node:child_process';
 import { describe, it } from 'node:test';
 import { spawnSpillwayRaw, waitFor } from '../integration/spillway-process.js';
 
-// `spillway demo` end to end, from source: it starts its whole cluster, prints the dashboard URL
-// and live summary tables, and leaves no process behind, whether it stops on --duration or on
-// Ctrl-C (SIGINT).
+// `spillway demo` end to end, from source: it starts its whole cluster (sidecar proxies and HTTP
+// load by default, or in-memory hosts), prints the dashboard URL and live summary tables, and leaves
+// no process behind, whether it stops on --duration or on Ctrl-C (SIGINT).
 
 interface DemoRun {
   child: ChildProcess;
@@ -89,7 +89,8 @@ describe('spillway demo', { timeout: 180_000 }, () => {
         assert.match(last, new RegExp(`^${bucket.replace(/[:=]/g, '\\$&')} +(enforce|shadow)`, 'm'));
       }
       assert.match(last, /^search +shadow/m);
-      assert.match(stdout, /stopped \(7 processes exited\)/);
+      assert.match(stdout, /^HTTP through the proxies: \d+ req\/s sent, \d+\/s 200, \d+\/s 429/m);
+      assert.match(stdout, /stopped \(9 processes exited\)/);
       const pids = childPids(stdout);
       assert.deepEqual(
         [...pids.keys()],
@@ -97,24 +98,29 @@ describe('spillway demo', { timeout: 180_000 }, () => {
           'controller',
           'aggregator-z1',
           'aggregator-z2',
-          'demo-host-1',
-          'demo-host-2',
-          'demo-host-3',
-          'demo-host-4',
+          'upstream',
+          'proxy-1',
+          'proxy-2',
+          'proxy-3',
+          'proxy-4',
+          'load',
         ],
       );
       for (const [name, pid] of pids) assert.equal(alive(pid), false, `${name} (pid ${pid}) is gone`);
     });
   });
 
-  it('Ctrl-C (SIGINT) stops every process and exits 0', async () => {
-    const run = runDemo(['--hosts', '2', '--summary-every', '1']);
+  it('Ctrl-C (SIGINT) stops every process and exits 0 (hosts as the data plane)', async () => {
+    const run = runDemo(['--data-plane', 'host', '--hosts', '2', '--summary-every', '1']);
     await withKillOnFailure(run, async () => {
       await waitFor('a summary table', async () => (tables(run.stdout()).length > 0 ? true : undefined), {
         timeoutMs: 120_000,
       });
       const pids = childPids(run.stdout());
-      assert.equal(pids.size, 5);
+      assert.deepEqual(
+        [...pids.keys()],
+        ['controller', 'aggregator-z1', 'aggregator-z2', 'demo-host-1', 'demo-host-2'],
+      );
       for (const [name, pid] of pids) assert.equal(alive(pid), true, `${name} runs`);
       run.child.kill('SIGINT');
       assert.equal(await run.exited, 0);
