@@ -27,6 +27,7 @@ export function createVaryingLoad(
 ): VaryingLoad {
   const issued = streams.map(() => 0);
   const owed = streams.map(() => 0);
+  const due = streams.map(() => 0);
   let timer: NodeJS.Timeout | undefined;
   let lastMs = 0;
 
@@ -35,13 +36,18 @@ export function createVaryingLoad(
     const elapsedS = Math.min(nowMs - lastMs, maxCatchUpMs) / 1000;
     lastMs = nowMs;
     const tS = (nowMs - startedAtMs) / 1000;
+    let most = 0;
     streams.forEach((stream, i) => {
       owed[i]! += Math.max(0, stream.rateAt(tS)) * elapsedS;
-      const due = Math.floor(owed[i]!);
-      owed[i]! -= due;
-      for (let n = 0; n < due; n++) stream.offer();
-      issued[i]! += due;
+      due[i] = Math.floor(owed[i]!);
+      owed[i]! -= due[i]!;
+      issued[i]! += due[i]!;
+      most = Math.max(most, due[i]!);
     });
+    // Interleaved, so that a consumer that sheds load (an overloaded client) sheds it fairly.
+    for (let round = 0; round < most; round++) {
+      for (let i = 0; i < streams.length; i++) if (round < due[i]!) streams[i]!.offer();
+    }
   };
 
   return {

@@ -3,10 +3,11 @@
  * is one value shared by the coordinator (which prints the phase) and the load processes (which
  * offer the load), so every process agrees on the shape from one start time.
  *
- * The load crosses every limit at some point in each 60-second cycle:
- * - `checkout` (enforce, 200/s): a slow wave around 170/s plus a 10-second spike to about 2x.
- * - `search` (shadow, 150/s): a wave from 40 to 200/s; above 150 the hosts count would-drops only.
- * - `api:caller=*` (enforce, 40/s per caller, acme 100/s): 120-320/s shared by six callers with a
+ * The load crosses every limit at some point in each 60-second cycle (about 250 requests a second
+ * on average, so that a laptop runs the HTTP version with room to spare):
+ * - `checkout` (enforce, 100/s): a slow wave around 85/s plus a 10-second spike to about 2x.
+ * - `search` (shadow, 75/s): a wave from 20 to 100/s; above 75 the data plane counts would-drops only.
+ * - `api:caller=*` (enforce, 20/s per caller, acme 50/s): 60-160/s shared by six callers with a
  *   Zipf(1.2) skew, so the biggest callers go over their own limits while the small ones never do.
  */
 export const DEMO_CYCLE_S = 60;
@@ -38,15 +39,15 @@ export function zipfWeights(count: number, exponent: number): number[] {
 }
 
 const callerWeights = zipfWeights(DEMO_CALLERS.length, ZIPF_EXPONENT);
-const callersTotalAt = (tS: number) => 220 + 100 * wave(tS, 50);
+const callersTotalAt = (tS: number) => 110 + 50 * wave(tS, 50);
 
 export const DEMO_STREAMS: readonly DemoStream[] = [
   {
     bucket: 'checkout',
     path: '/checkout',
-    rateAt: (tS) => 170 + 60 * wave(tS, 40) + (inSpike(tS) ? 200 : 0),
+    rateAt: (tS) => 85 + 30 * wave(tS, 40) + (inSpike(tS) ? 100 : 0),
   },
-  { bucket: 'search', path: '/search', rateAt: (tS) => 120 + 80 * wave(tS, 30, 1) },
+  { bucket: 'search', path: '/search', rateAt: (tS) => 60 + 40 * wave(tS, 30, 1) },
   ...DEMO_CALLERS.map((caller, i) => ({
     bucket: `api:caller=${caller}`,
     path: '/api/orders',
@@ -59,8 +60,8 @@ export const DEMO_STREAMS: readonly DemoStream[] = [
 export function demoPhase(tS: number): string {
   if (inSpike(tS)) return 'checkout spike (about 2x its limit)';
   const search = DEMO_STREAMS[1]!.rateAt(tS);
-  if (search > 150) return 'search above its shadow limit (would-drop only)';
-  return callersTotalAt(tS) > 250 ? 'busy callers: acme and globex over their limits' : 'steady';
+  if (search > 75) return 'search above its shadow limit (would-drop only)';
+  return callersTotalAt(tS) > 125 ? 'busy callers: acme and globex over their limits' : 'steady';
 }
 
 /** The limits file the demo's controller loads; `scale` multiplies every limit (and the load). */
@@ -72,17 +73,17 @@ export function demoLimitsYaml(scale: number): string {
     'intervalMs: 1000',
     'buckets:',
     '  - key: checkout',
-    `    limitRps: ${n(200)}`,
+    `    limitRps: ${n(100)}`,
     '    mode: enforce',
     '  - key: search',
-    `    limitRps: ${n(150)}`,
+    `    limitRps: ${n(75)}`,
     '    mode: shadow',
     '  - template: "api:caller=*"',
-    `    limitRps: ${n(40)}`,
+    `    limitRps: ${n(20)}`,
     '    mode: enforce',
     '    maxInstances: 100',
     '    overrides:',
-    `      acme: ${n(100)}`,
+    `      acme: ${n(50)}`,
     '',
   ].join('\n');
 }
@@ -112,19 +113,19 @@ export function demoProxyRulesYaml(options: {
     'buckets:',
     '  - name: checkout',
     '    key: checkout',
-    `    limit: ${n(200)}`,
+    `    limit: ${n(100)}`,
     '    windowSec: 1',
     '    match:',
     '      path: /checkout',
     '  - name: search',
     '    key: search',
-    `    limit: ${n(150)}`,
+    `    limit: ${n(75)}`,
     '    windowSec: 1',
     '    match:',
     '      path: /search',
     '  - name: per-caller',
     '    key: "api:caller={header:x-caller}"',
-    `    limit: ${n(40)}`,
+    `    limit: ${n(20)}`,
     '    windowSec: 1',
     '    match:',
     '      prefix: /api',
