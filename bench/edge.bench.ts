@@ -893,11 +893,19 @@ async function main(): Promise<void> {
         : value.toLocaleString('en-US', { minimumFractionDigits: digits, maximumFractionDigits: digits });
     const pct = (value: number | undefined) =>
       value === undefined ? '—' : `${value >= 0 ? '+' : ''}${(value * 100).toFixed(1)}%`;
+    // More runnable work than CPUs before or after the run: the figures are contention, not cost.
+    const busy = Math.max(meta.loadAverageStart[0] ?? 0, meta.loadAverageEnd[0] ?? 0) > os.cpus().length;
     const md = [
       '# Edge latency: what a rate limit decision adds to an HTTP request',
       '',
       `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu} · load average ${meta.loadAverageStart.join(' / ')} at the start, ${meta.loadAverageEnd.join(' / ')} at the end · Express ${meta.express} · autocannon ${meta.autocannon} · rate-limiter-flexible ${meta.rateLimiterFlexible}`,
       '',
+      ...(busy
+        ? [
+            `**Noisy run: the 1-minute load average was ${meta.loadAverageStart[0]} at the start and ${meta.loadAverageEnd[0]} at the end on ${os.cpus().length} CPUs.** Other work competed with every process here; the latency figures and ratios below say more about that contention than about the paths measured. Rerun on an idle machine.`,
+            '',
+          ]
+        : []),
       `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
       '',
       `Every case forwards to the same upstream process (node:http, 200 "ok"). Load comes from autocannon in its own`,
