@@ -30,7 +30,7 @@ export function formatDemoSummary(
     `t=${minutes}:${String(seconds).padStart(2, '0')}  phase: ${phase}  controller tick ${view.controller.ticks}`,
     line(header),
     ...(rows.length > 0 ? rows.map(line) : ['(no bucket reported yet)']),
-    `${view.hostsTotal} hosts via ${aggregators} aggregators${late > 0 ? ` (${late} late)` : ''}` +
+    `${view.hostsTotal} data-plane processes report via ${aggregators} aggregators${late > 0 ? ` (${late} late)` : ''}` +
       (view.buckets.some((b) => b.overridden) ? '   * admin override in force' : ''),
   ].join('\n');
 }
