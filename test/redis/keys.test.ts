@@ -161,6 +161,57 @@ describe('Redis limiter keys', { skip: !redisServerAvailable() && process.env.CI
     assert.fail('every attempt straddled a window boundary');
   });
 
+  it('rolling upgrade: keys in the previous layout (hashes) are carried over, not errors', async () => {
+    const windowMs = 60_000;
+    const fixed = createRedisFixedWindow({
+      redis: ioredisAdapter(client),
+      prefix: 'up',
+      limit: 10,
+      windowMs,
+    });
+    const bucket = createRedisTokenBucket({
+      redis: ioredisAdapter(client),
+      prefix: 'up',
+      capacity: 10,
+      refillPerSec: 0.001,
+    });
+    for (let attempt = 0; attempt < 5; attempt++) {
+      const beforeMs = await redisNowMs();
+      const windowStartMs = beforeMs - (beforeMs % windowMs);
+      // What the previous scripts wrote: fw {w, c}; tb {tokens, ts (epoch microseconds)}.
+      await client.hset('up:{k}:fw', 'w', windowStartMs, 'c', 6);
+      await client.pexpire('up:{k}:fw', windowMs);
+      await client.hset('up:{old}:fw', 'w', windowStartMs - windowMs, 'c', 6);
+      await client.pexpire('up:{old}:fw', windowMs);
+      await client.hset('up:{k}:tb', 'tokens', '2.5', 'ts', String(beforeMs * 1000));
+      await client.pexpire('up:{k}:tb', 7_500_000);
+      const counted = await fixed.limit('k');
+      const previous = await fixed.limit('old');
+      const peek = await bucket.limit('k', 0);
+      const afterMs = await redisNowMs();
+      if (afterMs - (afterMs % windowMs) !== windowStartMs) continue;
+      assert.deepEqual(
+        [counted.reason, counted.remaining],
+        [undefined, 3],
+        "this window's count carried over",
+      );
+      assert.deepEqual(
+        [previous.reason, previous.remaining],
+        [undefined, 9],
+        "an older window's count is not",
+      );
+      assert.equal(peek.reason, undefined);
+      assert.ok(peek.remaining >= 2.5 && peek.remaining < 2.51, `tokens carried over: ${peek.remaining}`);
+      assert.equal(await client.type('up:{k}:fw'), 'string');
+      assert.equal(await client.type('up:{k}:tb'), 'string', 'a peek rewrites the bucket in the new layout');
+      const ttl = await client.pttl('up:{k}:tb');
+      assert.ok(ttl > 7_000_000 && ttl <= 7_500_000, `bucket TTL kept: ${ttl}`);
+      assert.equal(fixed.stats.errors + bucket.stats.errors, 0);
+      return;
+    }
+    assert.fail('every attempt straddled a window boundary');
+  });
+
   for (const [name, suffixes, maxTtlMs, create] of algorithms) {
     it(`${name}: every key written has a TTL no longer than ${maxTtlMs} ms`, async () => {
       const prefix = `ttl-${suffixes[0]}`;

@@ -25,8 +25,21 @@ local reset_at_ms = window_start + window_ms
 local sign = 1
 if (window_start / window_ms) % 2 == 0 then sign = -1 end
 
+local stored = redis.pcall('GET', KEYS[1])
+if type(stored) == 'table' then
+  -- WRONGTYPE: a hash {w, c} left by the layout before this one (a rolling upgrade). Carry its
+  -- count over if it is this window's, so the upgrade admits nothing extra.
+  local old = redis.call('HMGET', KEYS[1], 'w', 'c')
+  redis.call('DEL', KEYS[1])
+  stored = nil
+  if tonumber(old[1]) == window_start and (tonumber(old[2]) or 0) > 0 then
+    stored = sign * tonumber(old[2])
+    redis.call('SET', KEYS[1], stored)
+    redis.call('PEXPIREAT', KEYS[1], reset_at_ms)
+  end
+end
+stored = tonumber(stored)
 local count = 0
-local stored = tonumber(redis.call('GET', KEYS[1]))
 if stored and stored * sign > 0 then count = stored * sign end
 
 if count + cost > limit then

@@ -24,7 +24,21 @@ local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 
 local tokens = capacity
 local sec, usec = time[1], time[2]
-local stored = redis.call('GET', KEYS[1])
+local stored = redis.pcall('GET', KEYS[1])
+if type(stored) == 'table' then
+  -- WRONGTYPE: a hash {tokens, ts (epoch us)} left by the layout before this one (a rolling
+  -- upgrade). Rewritten in this layout with its TTL, so the bucket keeps its level.
+  local old = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
+  local old_ttl_ms = redis.call('PTTL', KEYS[1])
+  redis.call('DEL', KEYS[1])
+  stored = false
+  if old[1] and old[2] and old_ttl_ms > 0 then
+    local old_ts = tonumber(old[2])
+    local old_sec = math.floor(old_ts / 1000000)
+    stored = old[1] .. ' ' .. string.format('%.0f', old_sec) .. ' ' .. string.format('%.0f', old_ts - old_sec * 1000000)
+    redis.call('SET', KEYS[1], stored, 'PX', old_ttl_ms)
+  end
+end
 if stored then
   local stored_tokens, stored_sec, stored_usec = string.match(stored, '^(%S+) (%d+) (%d+)$')
   tokens = tonumber(stored_tokens)
