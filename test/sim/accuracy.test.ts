@@ -88,7 +88,9 @@ describe('accuracy targets (100 hosts)', () => {
     );
   });
 
-  it('3x step: Spillway (recompute on report, local rescale) gets within 5% in <= 3 s', async () => {
+  // Met at 100 hosts (2.3 s). Not at 1,000 hosts (about 4 s, docs/accuracy.md): directives there
+  // still carry fleet totals that lag the spike by about an interval, a second, smaller overshoot.
+  it('3x step (100 hosts): Spillway (recompute on report, local rescale) gets within 5% in <= 3 s', async () => {
     const result = await stepRun;
     // The plain variant (the formula alone, no local rescale) keeps the regression bound above.
     for (const variant of ['spillway', 'guard'] as const) {
@@ -118,8 +120,9 @@ describe('accuracy targets (100 hosts)', () => {
 
   it('3x step: a burst guard sized tighter (slack 0.15, 100 ms window) gets near the 25% target', async () => {
     // Possible since the guard sizes from the host rate of the windows the directive covers (26%
-    // here; the table in docs/accuracy.md has it at 1,000 hosts); the price is Poisson noise cut on
-    // hosts with small shares, hence not the default. Regression bound: 30%.
+    // here). The price is Poisson noise cut on hosts with small shares: at 1,000 hosts (20 calls
+    // per host per second) 14% peak but -18% steady (docs/accuracy.md), hence not the default.
+    // Regression bound: 30%.
     const result = await runSimulation(stepScenario, {
       hosts: HOSTS,
       seed: 12,
