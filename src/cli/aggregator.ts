@@ -144,7 +144,13 @@ export function run(argv: string[]): Promise<number> {
     const metrics = createMetrics({ component: 'aggregator', id });
     const clients = parents.map((target) =>
       instrumentControlClient(
-        createGrpcControlClient(target, { authToken, ...(clientTls ? { tls: clientTls } : {}) }),
+        createGrpcControlClient(target, {
+          authToken,
+          ...(clientTls ? { tls: clientTls } : {}),
+          // A parent back from an outage is found within an interval: gRPC's reconnect backoff
+          // would otherwise have grown to seconds while it was down (docs/reliability.md).
+          channelOptions: { 'grpc.max_reconnect_backoff_ms': Math.max(250, intervalMs) },
+        }),
         metrics,
       ),
     );

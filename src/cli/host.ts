@@ -114,7 +114,13 @@ export function run(argv: string[]): Promise<number> {
     const tls = await readClientTls(values);
     const clients = targets.map((target) =>
       instrumentControlClient(
-        createGrpcControlClient(target, { authToken, ...(tls ? { tls } : {}) }),
+        createGrpcControlClient(target, {
+          authToken,
+          ...(tls ? { tls } : {}),
+          // An aggregator back from an outage is found within an interval: gRPC's reconnect backoff
+          // would otherwise have grown to seconds while it was down (docs/reliability.md).
+          channelOptions: { 'grpc.max_reconnect_backoff_ms': Math.max(250, intervalMs) },
+        }),
         metrics,
       ),
     );
