@@ -16,9 +16,11 @@ export {
   DEFAULT_IDLE_EXPIRY_MS,
   DEFAULT_INTERVAL_MS,
   DEFAULT_JITTER_RATIO,
+  DEFAULT_LOCAL_RESCALE,
   DEFAULT_MAX_BUCKETS,
   DEFAULT_MAX_BUCKETS_PER_REPORT,
 } from './global-limiter.js';
+export { localRescaleRatio, RESCALE_Z } from './local-rescale.js';
 export type { GlobalLimiterLogger, ReporterStats } from './reporter.js';
 export { DEFAULT_CARRY_OVER_INTERVALS, MAX_REPORT_INTERVAL_MS, MIN_REPORT_INTERVAL_MS } from './reporter.js';
 export type { StalePolicy } from './stale-policy.js';
