@@ -42,3 +42,5 @@ export {
   DEFAULT_MAX_WINDOW_MS,
   validateReport,
 } from './validate-report.js';
+export type { ReporterCap } from './reporter-cap.js';
+export { clipScale, perHostCapRps, validateReporterCap } from './reporter-cap.js';
