@@ -255,6 +255,37 @@ interface Samples {
   rejected: Throughput[];
 }
 
+/**
+ * The Spillway call path alone (validation, deadline timer, reply parsing) over a fake client that
+ * answers on the next microtask: CPU ns per call with 1 and with IN_FLIGHT calls in flight.
+ */
+async function measureCallPath(): Promise<{ inFlight: number; cpuNsPerCall: number }[]> {
+  const reply = [1, 5, 0, 0];
+  const fake: RedisScriptClient = { evalsha: async () => reply, eval: async () => reply };
+  const limiter = createRedisFixedWindow({ redis: fake, limit: 100, windowMs: 1000 });
+  const calls = 200_000;
+  const results = [];
+  for (const inFlight of [1, IN_FLIGHT]) {
+    const samples: number[] = [];
+    for (let round = 0; round < ROUNDS + 2; round++) {
+      let next = 0;
+      const worker = async () => {
+        while (next < calls) {
+          next++;
+          await limiter.limit('tenant-1:route');
+        }
+      };
+      collectGarbage();
+      const cpuBefore = process.cpuUsage();
+      await Promise.all(Array.from({ length: inFlight }, worker));
+      const cpu = process.cpuUsage(cpuBefore);
+      samples.push(((cpu.user + cpu.system) * 1000) / calls);
+    }
+    results.push({ inFlight, cpuNsPerCall: median(samples.slice(2)) });
+  }
+  return results;
+}
+
 async function main(): Promise<void> {
   const server = await startRedis();
   // Ctrl-C must not leave the private redis-server running.
@@ -362,6 +393,7 @@ async function main(): Promise<void> {
 
     const version = (pkg: string) =>
       (JSON.parse(readFileSync(`node_modules/${pkg}/package.json`, 'utf8')) as { version: string }).version;
+    const callPath = await measureCallPath();
     const meta = {
       date: new Date().toISOString(),
       node: process.version,
@@ -380,7 +412,10 @@ async function main(): Promise<void> {
       windowSec: WINDOW_SEC,
     };
     mkdirSync('bench/results', { recursive: true });
-    writeFileSync('bench/results/redis.json', `${JSON.stringify({ meta, rows, ratios }, null, 2)}\n`);
+    writeFileSync(
+      'bench/results/redis.json',
+      `${JSON.stringify({ meta, rows, ratios, callPath }, null, 2)}\n`,
+    );
 
     const n = (value: number, digits = 0) =>
       Number.isNaN(value)
@@ -444,6 +479,9 @@ async function main(): Promise<void> {
         (r) =>
           `| ${r.contender} | ${n(r.latencyP50Us)} | ${n(r.latencyP99Us)} | ${n(r.admittedCallsPerSec)} | ${n(r.rejectedCallsPerSec)} | ${r.faults} |`,
       ),
+      '',
+      'The Spillway call path alone (validation, shared deadline timer, reply parsing; a fake client',
+      `answering at once): ${callPath.map((c) => `${n(c.cpuNsPerCall)} ns CPU per call with ${c.inFlight} in flight`).join(', ')}.`,
       '',
       'Cost per call during the throughput runs: Redis CPU in the script (INFO commandstats) and this',
       "Node process' CPU (client library + limiter). Less sensitive to other load than wall-clock figures.",
