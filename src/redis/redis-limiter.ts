@@ -253,7 +253,8 @@ export function createRedisLimiter(
 
   // Calls in flight, in deadline order: every call gets the same timeoutMs, so arrival order is
   // deadline order and one timer, armed for the oldest unsettled call, serves them all (instead
-  // of a timer set and cleared per call). The timer is cancelled whenever nothing is in flight.
+  // of a timer set and cleared per call). It is not cancelled when the last call settles: it fires
+  // once more, finds nothing due and is not armed again (system timers are unref'd).
   let inFlight: PendingCall[] = [];
   let head = 0;
   let live = 0;
