@@ -35,6 +35,8 @@ export {
   plainRatioPolicy,
 } from './ratio-policy.js';
 export { decodeReportRequest, encodeReportResponse } from './report-codec.js';
+export type { ReporterCap } from './reporter-cap.js';
+export { clipScale, perHostCapRps, validateReporterCap } from './reporter-cap.js';
 export type { ReportLimits } from './validate-report.js';
 export {
   DEFAULT_MAX_BUCKETS_PER_REPORT,
@@ -42,5 +44,3 @@ export {
   DEFAULT_MAX_WINDOW_MS,
   validateReport,
 } from './validate-report.js';
-export type { ReporterCap } from './reporter-cap.js';
-export { clipScale, perHostCapRps, validateReporterCap } from './reporter-cap.js';
