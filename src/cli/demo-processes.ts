@@ -6,8 +6,9 @@ import { createInterface } from 'node:readline';
  * script as the demo itself (so a demo started from source starts its children from source).
  * Every child binds port 0 and is ready when it prints its `listening` line; the group remembers
  * every child so that none outlives the demo: stopping sends SIGTERM in reverse start order, then
- * SIGKILL to whatever is still running after the grace period, and an exit of the demo process
- * itself (even on an uncaught error) SIGKILLs anything left.
+ * SIGKILL to whatever is still running after the grace period; an exit of the demo process itself
+ * (even on an uncaught error) SIGKILLs anything left; and every child is started with
+ * demo-parent-watch.ts preloaded, so it stops itself when the demo is killed outright.
  */
 export interface DemoChild {
   readonly name: string;
@@ -27,6 +28,8 @@ export interface DemoProcessGroup {
   readonly unexpectedExit: Promise<DemoChild>;
   /** SIGTERM everything (newest first), SIGKILL after `graceMs`; resolves when all have exited. */
   stopAll(graceMs?: number): Promise<void>;
+  /** SIGKILL everything still running, now (an impatient second Ctrl-C). */
+  killNow(): void;
 }
 
 export interface DemoProcessGroupOptions {
@@ -58,7 +61,15 @@ export function createDemoProcessGroup(options: DemoProcessGroupOptions = {}): D
   // Children run from the same entry as this process: bin/spillway.js (built) or src/cli/entry.ts
   // under `node --import tsx`. Debugger flags are not passed on (every child would claim the port).
   const entry = process.argv[1]!;
-  const nodeArgs = process.execArgv.filter((arg) => !arg.startsWith('--inspect'));
+  const watchParent = new URL(
+    `./demo-parent-watch${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`,
+    import.meta.url,
+  ).href;
+  const nodeArgs = [
+    ...process.execArgv.filter((arg) => !arg.startsWith('--inspect')),
+    '--import',
+    watchParent,
+  ];
 
   async function start(
     name: string,
@@ -152,12 +163,13 @@ export function createDemoProcessGroup(options: DemoProcessGroupOptions = {}): D
       return tracked;
     },
     unexpectedExit,
+    killNow: killLeftovers,
     async stopAll(graceMs = 8_000) {
       stopping = true;
       for (const t of [...tracked].reverse()) {
         if (!t.running) continue;
+        // SIGTERM only: closing stdin as well would be a second stop request (demo-parent-watch.ts).
         t.child.kill('SIGTERM');
-        t.child.stdin?.end();
       }
       const killer = setTimeout(killLeftovers, graceMs);
       await Promise.all(tracked.map((t) => t.exited));

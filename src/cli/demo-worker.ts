@@ -2,7 +2,7 @@ import { z } from 'zod';
 import { createGlobalLimiter } from '../global/global-limiter.js';
 import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
-import { createLogger, type Logger, logListening } from '../ops/logger.js';
+import { createLogger, logListening } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createGrpcControlClient } from '../transport/grpc-control-client.js';
@@ -16,8 +16,7 @@ import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 /**
  * The demo's own processes, started by `spillway demo` as `spillway demo --worker <role> --spec
  * <json>` (not meant to be run by hand, so not in `--help`). Each prints the usual `listening`
- * line, stops on SIGTERM/SIGINT, and also stops when its standard input closes: if the demo
- * itself is killed without a chance to clean up, its load keeps no process busy.
+ * line and stops on SIGTERM/SIGINT (which demo-parent-watch.ts also sends when the demo dies).
  */
 const hostSpec = z.strictObject({
   id: z.string().min(1),
@@ -64,16 +63,6 @@ function parseSpec<T>(schema: z.ZodType<T>, text: string): T {
   return parsed.data;
 }
 
-/** Resolves when the parent asks to stop (signal) or goes away (stdin closed). */
-function stopRequested(logger: Logger): Promise<unknown> {
-  const parentGone = new Promise<void>((resolve) => {
-    process.stdin.once('end', resolve);
-    process.stdin.once('error', () => resolve());
-    process.stdin.resume();
-  });
-  return Promise.race([waitForShutdown(logger), parentGone]);
-}
-
 /** A data-plane host: a GlobalLimiter offered the plan's load (its share of it), like `spillway host`. */
 async function runHost(spec: DemoHostSpec): Promise<number> {
   const logger = createLogger({ component: 'host', id: spec.id, level: 'warn' });
@@ -98,7 +87,7 @@ async function runHost(spec: DemoHostSpec): Promise<number> {
   load.start();
   logListening(logger, { ops: ops.address, zone: spec.zone, parents: spec.aggregators });
 
-  await stopRequested(logger);
+  await waitForShutdown(logger);
   await shutdownWithin(logger, 10_000, async () => {
     load.stop();
     await limiter.stop({ finalReport: false });
@@ -113,7 +102,7 @@ async function runUpstream(): Promise<number> {
   const logger = createLogger({ component: 'host', id: 'demo-upstream', level: 'warn' });
   const upstream = await startDemoUpstream(logger);
   logListening(logger, { http: upstream.address, ops: upstream.address });
-  await stopRequested(logger);
+  await waitForShutdown(logger);
   await shutdownWithin(logger, 10_000, () => upstream.close());
   return 0;
 }
@@ -137,7 +126,7 @@ async function runHttpLoad(spec: DemoHttpLoadSpec): Promise<number> {
   });
   load.start();
   logListening(logger, { ops: ops.address, targets: spec.targets.map((t) => t.address) });
-  await stopRequested(logger);
+  await waitForShutdown(logger);
   await shutdownWithin(logger, 10_000, async () => {
     load.close();
     await ops.close();

@@ -105,17 +105,24 @@ async function runDemo(values: FlagValues): Promise<number> {
   const out = process.stdout;
   const interactive = out.isTTY === true;
 
-  const stopSignal = new Promise<string>((resolve) => {
-    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const)
-      process.once(signal, () => resolve(signal));
-  });
-
   const dir = mkdtempSync(join(tmpdir(), 'spillway-demo-'));
   const limitsPath = join(dir, 'limits.yaml');
   writeFileSync(limitsPath, demoLimitsYaml(scale));
   const token = process.env.SPILLWAY_ADMIN_TOKEN || randomBytes(18).toString('base64url');
   const group = createDemoProcessGroup({
     echo: verbose ? (line) => process.stderr.write(`${line}\n`) : undefined,
+  });
+  // The first Ctrl-C (or SIGTERM, or the terminal closing) stops everything in order; another one
+  // while stopping kills the children at once and exits, never leaving them behind.
+  let signals = 0;
+  const stopSignal = new Promise<string>((resolve) => {
+    for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
+      process.on(signal, () => {
+        if (++signals === 1) return resolve(signal);
+        group.killNow();
+        process.exit(130);
+      });
+    }
   });
   let summaryTimer: NodeJS.Timeout | undefined;
   let exitCode = 0;

@@ -60,11 +60,17 @@ function tables(stdout: string): string[] {
   return stdout.split('\n\n').filter((block) => /^bucket\s+mode\s+offered\/s\s+admitted\/s/m.test(block));
 }
 
+/** On failure: ask the demo to stop, then kill it and every child it listed, so none outlives the test. */
 async function withKillOnFailure<T>(run: DemoRun, body: () => Promise<T>): Promise<T> {
   try {
     return await body();
   } catch (error) {
+    run.child.kill('SIGTERM');
+    await Promise.race([run.exited, new Promise((resolve) => setTimeout(resolve, 20_000))]);
     run.child.kill('SIGKILL');
+    for (const pid of run.stdout().includes('  processes ') ? childPids(run.stdout()).values() : []) {
+      if (alive(pid)) process.kill(pid, 'SIGKILL');
+    }
     throw new Error(
       `${(error as Error).message}\n--- stdout ---\n${run.stdout()}\n--- stderr ---\n${run.stderr()}`,
     );
@@ -125,6 +131,24 @@ describe('spillway demo', { timeout: 180_000 }, () => {
       run.child.kill('SIGINT');
       assert.equal(await run.exited, 0);
       for (const [name, pid] of pids) assert.equal(alive(pid), false, `${name} (pid ${pid}) is gone`);
+    });
+  });
+
+  it('a demo killed outright (SIGKILL) leaves no process behind: each child stops itself', async () => {
+    const run = runDemo(['--data-plane', 'host', '--hosts', '1']);
+    await withKillOnFailure(run, async () => {
+      await waitFor('a summary table', async () => (tables(run.stdout()).length > 0 ? true : undefined), {
+        timeoutMs: 120_000,
+      });
+      const pids = childPids(run.stdout());
+      assert.equal(pids.size, 4);
+      run.child.kill('SIGKILL');
+      await run.exited;
+      await waitFor(
+        'every child gone',
+        async () => ([...pids.values()].every((pid) => !alive(pid)) ? true : undefined),
+        { timeoutMs: 30_000 },
+      );
     });
   });
 });
