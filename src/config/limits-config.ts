@@ -1,7 +1,9 @@
 import { readFile } from 'node:fs/promises';
-import { isAlias, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, visit } from 'yaml';
 import { z } from 'zod';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { describeZodIssue, formatConfigPath, type LocatedIssue, parseLocatedYaml } from './located-yaml.js';
+
+export { formatConfigPath };
 
 /**
  * The limits file: what the controller enforces. One YAML document, validated by a strict schema
@@ -117,14 +119,7 @@ const limitsSchema = z.strictObject({
 });
 
 /** One problem found in a config, located by its path in the document. */
-export interface ConfigIssue {
-  path: (string | number)[];
-  message: string;
-  /** Point at the key itself rather than its value (unknown fields). */
-  atKey?: boolean;
-  /** What the message names, when not the path itself (an unknown field names its parent). */
-  label?: string;
-}
+export type ConfigIssue = LocatedIssue;
 
 /**
  * Validate a config object (from YAML or built in code): the schema first, then rules the schema
@@ -132,11 +127,14 @@ export interface ConfigIssue {
  */
 export function checkLimitsConfig(input: unknown): { config: LimitsConfig } | { issue: ConfigIssue } {
   const parsed = limitsSchema.safeParse(input);
-  if (!parsed.success) {
-    const first = parsed.error.issues[0]!;
-    return { issue: describeZodIssue(first, input) };
-  }
-  const raw = parsed.data;
+  if (!parsed.success) return { issue: describeZodIssue(parsed.error.issues[0]!, input, limitsSchema) };
+  return checkParsedLimits(parsed.data);
+}
+
+/** The rules the schema cannot express (ttl vs interval, duplicate and ill-formed rules). */
+function checkParsedLimits(
+  raw: z.output<typeof limitsSchema>,
+): { config: LimitsConfig } | { issue: ConfigIssue } {
   const intervalMs = raw.intervalMs;
   const ttlMs = raw.ttlMs ?? intervalMs * DEFAULT_TTL_INTERVALS;
   if (ttlMs < intervalMs) {
@@ -219,150 +217,15 @@ function checkRule(
   return undefined;
 }
 
-/** Turn a zod issue into a short message in the file's own vocabulary. */
-function describeZodIssue(issue: z.core.$ZodIssue, input: unknown): ConfigIssue {
-  const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
-  const got = valueAt(input, path);
-  switch (issue.code) {
-    case 'unrecognized_keys': {
-      const allowed = allowedFields(path);
-      const field = issue.keys[0]!;
-      return {
-        path: [...path, field],
-        atKey: true,
-        label: formatConfigPath(path),
-        message: `unknown field "${field}"${allowed ? ` (allowed: ${allowed.join(', ')})` : ''}`,
-      };
-    }
-    case 'invalid_type':
-      if (got === undefined) return { path, message: `is required (${expectedName(issue.expected)})` };
-      return { path, message: `expected ${expectedName(issue.expected)}, got ${describeValue(got)}` };
-    case 'invalid_value':
-      return {
-        path,
-        message: `must be ${issue.values.length === 1 ? '' : 'one of '}${issue.values
-          .map((v) => JSON.stringify(v))
-          .join(', ')}, got ${describeValue(got)}`,
-      };
-    case 'invalid_union':
-      if (issue.discriminator !== undefined) {
-        const options = (issue as { options?: unknown[] }).options ?? [];
-        const atDiscriminator = path[path.length - 1] === issue.discriminator;
-        return {
-          path: atDiscriminator ? path : [...path, issue.discriminator],
-          message: `must be one of ${options.map((v) => JSON.stringify(v)).join(', ')}, got ${describeValue(
-            atDiscriminator ? got : valueAt(got, [issue.discriminator]),
-          )}`,
-        };
-      }
-      return { path, message: issue.message };
-    case 'too_small':
-      return {
-        path,
-        message: `must be ${issue.inclusive === false ? '>' : '>='} ${String(issue.minimum)}, got ${describeValue(got)}`,
-      };
-    case 'too_big':
-      return {
-        path,
-        message: `must be ${issue.inclusive === false ? '<' : '<='} ${String(issue.maximum)}, got ${describeValue(got)}`,
-      };
-    default:
-      return { path, message: `${issue.message}, got ${describeValue(got)}` };
-  }
-}
-
-function expectedName(expected: string): string {
-  if (expected === 'object') return 'a mapping';
-  if (expected === 'array') return 'a list';
-  return expected;
-}
-
-function allowedFields(path: (string | number)[]): string[] | undefined {
-  if (path.length === 0) return Object.keys(limitsSchema.shape);
-  if (path[0] === 'buckets' && path.length === 2) return Object.keys(bucketRuleSchema.shape);
-  if (path[0] === 'buckets' && path.length === 3 && path[2] === 'tuning')
-    return Object.keys(bucketRuleSchema.shape.tuning.unwrap().shape);
-  return undefined;
-}
-
-function valueAt(input: unknown, path: (string | number)[]): unknown {
-  let value = input;
-  for (const segment of path) {
-    if (value === null || typeof value !== 'object') return undefined;
-    value = (value as Record<string | number, unknown>)[segment];
-  }
-  return value;
-}
-
-function describeValue(value: unknown): string {
-  if (value === undefined) return 'nothing';
-  if (value === null) return 'null';
-  if (typeof value === 'string')
-    return JSON.stringify(value.length > 40 ? `${value.slice(0, 40)}...` : value);
-  if (Array.isArray(value)) return 'a list';
-  if (typeof value === 'object') return 'a mapping';
-  return String(value);
-}
-
-/** `buckets[1].mode` */
-export function formatConfigPath(path: (string | number)[]): string {
-  let out = '';
-  for (const segment of path) {
-    if (typeof segment === 'number') out += `[${segment}]`;
-    else out += out === '' ? segment : `.${segment}`;
-  }
-  return out === '' ? 'top level' : out;
-}
-
 /**
  * Parse and validate a limits file. Throws SpillwayError ERR_SPILLWAY_INVALID_CONFIG with message
  * `file:line:col: <path>: <what>` and details `{ file, line, column, path }` (line and column 1-based).
  */
 export function parseLimitsConfig(text: string, fileName = '<limits>'): LimitsConfig {
-  const lineCounter = new LineCounter();
-  const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
-  const yamlError = doc.errors[0];
-  if (yamlError) {
-    const { line, col } = lineCounter.linePos(yamlError.pos[0]);
-    const what = yamlError.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
-    throw configError(fileName, line, col, undefined, `YAML syntax error: ${what}`);
-  }
-  // An alias to an anchor that does not exist passes the parser and fails only on conversion.
-  let unresolved: Node | undefined;
-  visit(doc, {
-    Alias(_key, node) {
-      if (!node.resolve(doc)) {
-        unresolved = node;
-        return visit.BREAK;
-      }
-      return undefined;
-    },
+  return parseLocatedYaml(text, fileName, limitsSchema, (raw) => {
+    const checked = checkParsedLimits(raw);
+    return 'config' in checked ? { value: checked.config } : checked;
   });
-  if (unresolved && isAlias(unresolved)) {
-    const { line, col } = lineCounter.linePos(unresolved.range?.[0] ?? 0);
-    throw configError(
-      fileName,
-      line,
-      col,
-      undefined,
-      `YAML error: alias *${unresolved.source} has no anchor`,
-    );
-  }
-  let value: unknown;
-  try {
-    value = doc.toJS();
-  } catch (error) {
-    // The yaml library refuses alias bombs (billion laughs) while converting, with a plain Error.
-    const what = error instanceof Error ? error.message : String(error);
-    throw configError(fileName, 1, 1, undefined, `YAML error: ${what}`);
-  }
-  const result = checkLimitsConfig(value);
-  if ('config' in result) return result.config;
-  const { issue } = result;
-  const offset = locate(doc.contents, issue.path, issue.atKey === true);
-  const { line, col } = lineCounter.linePos(offset);
-  const label = issue.label ?? formatConfigPath(issue.path);
-  throw configError(fileName, line, col, issue.path, `${label}: ${issue.message}`);
 }
 
 /** Read and parse a limits file. File-system failures become ERR_SPILLWAY_INVALID_CONFIG too. */
@@ -379,50 +242,4 @@ export async function loadLimitsConfig(path: string): Promise<LimitsConfig> {
     );
   }
   return parseLimitsConfig(text, path);
-}
-
-function configError(
-  file: string,
-  line: number,
-  column: number,
-  path: (string | number)[] | undefined,
-  what: string,
-): SpillwayError {
-  return new SpillwayError(ErrorCode.InvalidConfig, `${file}:${line}:${column}: ${what}`, {
-    file,
-    line,
-    column,
-    path: path === undefined ? undefined : formatConfigPath(path),
-  });
-}
-
-/**
- * Offset of the node at `path`, or of the deepest existing ancestor (a missing field points at the
- * mapping that lacks it).
- */
-function locate(root: Node | null, path: (string | number)[], atKey: boolean): number {
-  let node: Node | null = root;
-  let offset = node?.range?.[0] ?? 0;
-  for (const [i, segment] of path.entries()) {
-    if (isMap(node)) {
-      const pair = node.items.find((p) => isScalar(p.key) && String(p.key.value) === String(segment));
-      if (!pair) break;
-      const isLast = i === path.length - 1;
-      if (isLast && atKey && isScalar(pair.key)) return pair.key.range?.[0] ?? offset;
-      const value = pair.value as Node | null;
-      if (!value?.range) {
-        offset = (pair.key as Node).range?.[0] ?? offset;
-        break;
-      }
-      node = value;
-    } else if (isSeq(node) && typeof segment === 'number') {
-      const item = node.items[segment] as Node | undefined;
-      if (!item?.range) break;
-      node = item;
-    } else {
-      break;
-    }
-    offset = node.range?.[0] ?? offset;
-  }
-  return offset;
 }

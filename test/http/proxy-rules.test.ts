@@ -128,6 +128,27 @@ describe('rules file', () => {
     );
   });
 
+  it('refuses a billion-laughs alias bomb with ERR_SPILLWAY_INVALID_CONFIG (same reader as the limits file)', () => {
+    const levels = Array.from({ length: 9 }, (_, i) => {
+      const name = String.fromCharCode(98 + i);
+      return `${name}: &${name} [${Array(10)
+        .fill(`*${String.fromCharCode(97 + i)}`)
+        .join(',')}]`;
+    });
+    const bomb = [
+      'a: &a ["x","x","x","x","x","x","x","x","x","x"]',
+      ...levels,
+      'version: 1',
+      'buckets: *j',
+    ].join('\n');
+    assert.throws(
+      () => parseProxyRules(bomb, 'bomb.yaml'),
+      (error: { code?: string; message?: string }) =>
+        error.code === 'ERR_SPILLWAY_INVALID_CONFIG' &&
+        /^bomb\.yaml:1:1: YAML error/.test(error.message ?? ''),
+    );
+  });
+
   it('examples/proxy-rules.yaml is valid', async () => {
     const rules = await loadProxyRules(new URL('../../examples/proxy-rules.yaml', import.meta.url).pathname);
     assert.deepEqual(

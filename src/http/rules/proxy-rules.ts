@@ -1,11 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
+import { type LocatedIssue, parseLocatedYaml } from '../../config/located-yaml.js';
 import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import type { ClientAddressOptions } from '../client-address.js';
 import { createClientAddressResolver } from '../client-address.js';
 import type { RateLimitPolicy } from '../rate-limit-headers.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
-import { type LocatedIssue, parseLocatedYaml } from './located-yaml.js';
 import { compileRoutePattern, type RoutePattern } from './route-pattern.js';
 
 /**

@@ -1,12 +1,11 @@
 import { isAlias, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, visit } from 'yaml';
 import type { z } from 'zod';
-import { formatConfigPath } from '../../config/limits-config.js';
-import { ErrorCode, SpillwayError } from '../../core/errors.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
 
 /**
- * YAML + zod with errors that point into the file: `rules.yaml:7:11: buckets[1].mode: ...`, the
- * same shape src/config/limits-config.ts gives the limits file (its locating helpers are private
- * to that module, so the pattern is repeated here for any schema).
+ * YAML + zod with errors that point into the file: `limits.yaml:7:11: buckets[1].mode: ...`. Every
+ * Spillway config file (the limits file, the proxy's rules) is read through here, so they all fail
+ * the same way: ERR_SPILLWAY_INVALID_CONFIG, `file:line:col: <path>: <what>`.
  */
 export interface LocatedIssue {
   path: (string | number)[];
@@ -56,7 +55,14 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
       `YAML error: alias *${unresolved.source} has no anchor`,
     );
   }
-  const input: unknown = doc.toJS();
+  let input: unknown;
+  try {
+    input = doc.toJS();
+  } catch (error) {
+    // The yaml library refuses alias bombs (billion laughs) while converting, with a plain Error.
+    const what = error instanceof Error ? error.message : String(error);
+    throw locatedError(fileName, 1, 1, undefined, `YAML error: ${what}`);
+  }
   const parsed = schema.safeParse(input);
   let issue: LocatedIssue;
   if (parsed.success) {
@@ -92,7 +98,8 @@ function locatedError(
   });
 }
 
-function describeZodIssue(issue: z.core.$ZodIssue, input: unknown, schema: z.ZodType): LocatedIssue {
+/** Turn a zod issue into a short message in the file's own vocabulary. */
+export function describeZodIssue(issue: z.core.$ZodIssue, input: unknown, schema: z.ZodType): LocatedIssue {
   const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
   const got = valueAt(input, path);
   switch (issue.code) {
@@ -196,7 +203,20 @@ function describeValue(value: unknown): string {
   return String(value);
 }
 
-/** Offset of the node at `path`, or of the deepest existing ancestor. */
+/** `buckets[1].mode` */
+export function formatConfigPath(path: (string | number)[]): string {
+  let out = '';
+  for (const segment of path) {
+    if (typeof segment === 'number') out += `[${segment}]`;
+    else out += out === '' ? segment : `.${segment}`;
+  }
+  return out === '' ? 'top level' : out;
+}
+
+/**
+ * Offset of the node at `path`, or of the deepest existing ancestor (a missing field points at the
+ * mapping that lacks it).
+ */
 function locate(root: Node | null, path: (string | number)[], atKey: boolean): number {
   let node: Node | null = root;
   let offset = node?.range?.[0] ?? 0;
