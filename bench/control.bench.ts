@@ -15,7 +15,6 @@ import type { RatioPolicySpec } from '../src/config/limits-config.js';
 import { createAggregator } from '../src/control/aggregator.js';
 import { createController } from '../src/control/controller.js';
 import { createRatioPolicy, DEFAULT_RATIO_POLICY } from '../src/control/ratio-policy.js';
-import { decodeReportRequest, encodeReportResponse } from '../src/control/report-codec.js';
 import { ManualClock, systemScheduler } from '../src/core/clock.js';
 import {
   DirectiveSchema,
@@ -26,6 +25,7 @@ import {
   Tier,
 } from '../src/gen/spillway/v1/control_pb.js';
 import type { ControlClient } from '../src/transport/control-transport.js';
+import { decodeReportRequest, encodeReportResponse } from '../src/transport/report-codec.js';
 import { runClosedLoop, standardScenarios } from '../test/control/closed-loop-harness.js';
 
 const REPORTS = Number(process.env.BENCH_REPORTS ?? 20_000);

@@ -1,3 +1,4 @@
+export { decodeReportRequest, encodeReportResponse } from '../transport/report-codec.js';
 export type {
   Aggregator,
   AggregatorBucketSnapshot,
@@ -34,7 +35,6 @@ export {
   ewmaRatioPolicy,
   plainRatioPolicy,
 } from './ratio-policy.js';
-export { decodeReportRequest, encodeReportResponse } from './report-codec.js';
 export type { ReporterCap } from './reporter-cap.js';
 export { clipScale, perHostCapRps, validateReporterCap } from './reporter-cap.js';
 export type { ReportLimits } from './validate-report.js';

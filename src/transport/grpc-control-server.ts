@@ -1,5 +1,4 @@
 import { timingSafeEqual } from 'node:crypto';
-import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import {
   Server,
   type ServerCredentials,
@@ -10,13 +9,13 @@ import {
   status,
 } from '@grpc/grpc-js';
 import { ErrorCode, isSpillwayError } from '../core/errors.js';
-import {
-  type ReportRequest,
-  ReportRequestSchema,
-  ReportResponseSchema,
-} from '../gen/spillway/v1/control_pb.js';
+import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
 import type { ControlServer, ReportHandler } from './control-transport.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, formatHostPort, reportServerMethod } from './grpc-control-service.js';
+// The receiving side decodes with the hand-written codec: byte-identical to protobuf-es
+// (property-tested in test/transport/report-codec.test.ts) and about 3x faster, which is what lets
+// one aggregator core ingest more than 10,000 reports of 50 buckets a second (bench/control.bench.ts).
+import { decodeReportRequest, encodeReportResponse } from './report-codec.js';
 
 export interface GrpcServerTlsOptions {
   certPem: string | Buffer;
@@ -78,7 +77,7 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
     const peer = call.getPeer();
     let request: ReportRequest;
     try {
-      request = fromBinary(ReportRequestSchema, call.request);
+      request = decodeReportRequest(call.request);
     } catch (error) {
       callback(
         statusError(
@@ -95,7 +94,10 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
     // Promise.resolve().then also turns a synchronous throw in the handler into a rejection.
     Promise.resolve()
       .then(() => handler(request, { peer }))
-      .then((response) => Buffer.from(toBinary(ReportResponseSchema, response)))
+      .then((response) => {
+        const bytes = encodeReportResponse(response);
+        return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      })
       .then(
         (bytes) => callback(null, bytes),
         (error: unknown) => {

@@ -4,12 +4,12 @@ import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { stringify } from 'yaml';
 import { parseLimitsConfig } from '../../src/config/limits-config.js';
-import { decodeReportRequest } from '../../src/control/report-codec.js';
 import { validateReport } from '../../src/control/validate-report.js';
 import { isSpillwayError, type SpillwayError } from '../../src/core/errors.js';
 import { ReportRequestSchema } from '../../src/gen/spillway/v1/control_pb.js';
 import { createClientAddressResolver } from '../../src/http/client-address.js';
 import { formatRateLimit, formatRateLimitPolicy } from '../../src/http/rate-limit-headers.js';
+import { decodeReportRequest } from '../../src/transport/report-codec.js';
 
 // Whatever arrives from outside (report bytes, a limits file, HTTP headers) ends in a valid value
 // or a SpillwayError with the stable code for that input, never another exception, and never a

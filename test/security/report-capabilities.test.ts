@@ -5,7 +5,6 @@ import { spec as aggregatorSpec } from '../../src/cli/aggregator.js';
 import { spec as controllerSpec } from '../../src/cli/controller.js';
 import { spec as hostSpec } from '../../src/cli/host.js';
 import { createController } from '../../src/control/controller.js';
-import { decodeReportRequest } from '../../src/control/report-codec.js';
 import { ManualClock } from '../../src/core/clock.js';
 import {
   DirectiveSchema,
@@ -17,6 +16,7 @@ import {
 import { createMetrics } from '../../src/ops/metrics.js';
 import { startOpsServer } from '../../src/ops/ops-server.js';
 import { startGrpcControlServer } from '../../src/transport/grpc-control-server.js';
+import { decodeReportRequest } from '../../src/transport/report-codec.js';
 
 // A host reports usage; it has no way to set a limit, a mode or a ratio. The Report RPC carries
 // no such field, and bytes that look like one (a Directive smuggled in as unknown fields, in any

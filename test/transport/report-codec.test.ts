@@ -2,13 +2,13 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
-import { decodeReportRequest, encodeReportResponse } from '../../src/control/report-codec.js';
 import { isSpillwayError } from '../../src/core/errors.js';
 import {
   DirectiveSchema,
   ReportRequestSchema,
   ReportResponseSchema,
 } from '../../src/gen/spillway/v1/control_pb.js';
+import { decodeReportRequest, encodeReportResponse } from '../../src/transport/report-codec.js';
 
 const text = fc.oneof(
   fc.string({ maxLength: 40 }),
