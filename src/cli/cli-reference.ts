@@ -11,17 +11,18 @@ export function renderCliReference(specs: CommandSpec[]): string {
     .sort((a, b) => a.name.localeCompare(b.name))
     .map((spec) => {
       const rows = Object.entries(spec.flags).map(
-        ([name, flag]) => `| ${flagCell(name, flag)} | ${notesCell(flag)} | ${escape(flag.description)} |`,
+        ([name, flag]) =>
+          `| ${flagCell(name, flag)} | ${notesCell(flag)} | ${escapeCell(flag.description)} |`,
       );
       return [
         `## spillway ${spec.name}`,
         '',
-        escape(spec.summary),
+        escapeCell(spec.summary),
         '',
         '| flag | default | meaning |',
         '|---|---|---|',
         ...rows,
-        ...(spec.notes && spec.notes.length > 0 ? ['', ...spec.notes.map(escape)] : []),
+        ...(spec.notes && spec.notes.length > 0 ? ['', ...spec.notes.map(escapeCell)] : []),
         '',
       ].join('\n');
     });
@@ -40,19 +41,19 @@ export function renderCliReference(specs: CommandSpec[]): string {
 function flagCell(name: string, flag: FlagSpec): string {
   const short = flag.short ? `-${flag.short}, ` : '';
   const value = flag.type === 'string' ? ` <${flag.valueName ?? 'value'}>` : '';
-  return `\`${short}--${name}${escape(value)}\``;
+  return `\`${short}--${name}${escapeCell(value)}\``;
 }
 
 function notesCell(flag: FlagSpec): string {
   return [
     flag.required ? 'required' : '',
-    flag.defaultText ? escape(flag.defaultText) : '',
+    flag.defaultText ? escapeCell(flag.defaultText) : '',
     flag.multiple ? 'repeatable' : '',
   ]
     .filter(Boolean)
     .join('; ');
 }
 
-function escape(text: string): string {
+function escapeCell(text: string): string {
   return text.replace(/\|/g, '\\|').replace(/\n/g, ' ');
 }
