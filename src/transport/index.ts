@@ -12,3 +12,4 @@ export { startGrpcControlServer } from './grpc-control-server.js';
 export { DEFAULT_MAX_MESSAGE_BYTES, REPORT_METHOD_PATH } from './grpc-control-service.js';
 export type { InMemoryNetworkOptions, LinkOptions } from './in-memory-network.js';
 export { InMemoryNetwork } from './in-memory-network.js';
+export { decodeReportRequest, encodeReportResponse } from './report-codec.js';
