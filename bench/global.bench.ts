@@ -9,9 +9,7 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
-import { PerformanceObserver } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
-import v8 from 'node:v8';
 import { create, toBinary } from '@bufbuild/protobuf';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { ManualClock } from '../src/core/clock.js';
@@ -25,6 +23,7 @@ import {
 } from '../src/gen/spillway/v1/control_pb.js';
 import { createGlobalLimiter, type GlobalLimiter } from '../src/global/index.js';
 import { InMemoryNetwork } from '../src/transport/in-memory-network.js';
+import { createDecisionHarness, type DecisionCaseResult } from './decision-harness.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -36,9 +35,6 @@ const TARGET_HANDLE_NS = 25;
 const TARGET_BY_KEY_NS = 60;
 /** The ratio every benchmarked bucket runs at: each call draws, 30% drop (enforce) or would-drop (shadow). */
 const DROP_RATIO = 0.3;
-
-const gc = (globalThis as { gc?: () => void }).gc;
-if (!gc) throw new Error('run with --expose-gc (see the header of this file)');
 
 const HOT_KEY = 'api:caller=acme';
 const MANY_KEYS = Array.from({ length: 1_000 }, (_, i) => `api:caller=tenant-${i}`);
@@ -152,77 +148,18 @@ const loops = {
 
 type SyncCase = keyof typeof loops;
 
-interface CaseResult {
-  id: string;
-  label: string;
-  nsPerCall: number;
-  minNs: number;
-  maxNs: number;
-  callsPerRound: number;
-  rounds: number;
-  /** Heap growth over ALLOCATION_PROBE_CALLS calls after a full GC, per call (no GC in between). */
-  bytesPerCall: number | null;
-  /** Garbage collections observed during CALLS back-to-back calls (0 proves no allocation). */
-  gcsDuringRun: number | null;
-  note?: string;
-}
+type CaseResult = DecisionCaseResult;
 
-let gcEvents = 0;
-new PerformanceObserver((list) => {
-  gcEvents += list.getEntries().length;
-}).observe({ entryTypes: ['gc'] });
+const harness = createDecisionHarness({
+  calls: CALLS,
+  rounds: ROUNDS,
+  chunk: CHUNK,
+  pauseMs: 0,
+  allocationProbeCalls: ALLOCATION_PROBE_CALLS,
+});
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-}
-
-async function timeSync(run: (calls: number) => void, calls: number): Promise<number> {
-  let elapsedNs = 0n;
-  for (let done = 0; done < calls; done += CHUNK) {
-    const chunk = Math.min(CHUNK, calls - done);
-    const start = process.hrtime.bigint();
-    run(chunk);
-    elapsedNs += process.hrtime.bigint() - start;
-    await sleep(0);
-  }
-  return Number(elapsedNs) / calls;
-}
-
-async function allocation(run: (calls: number) => void): Promise<{ bytesPerCall: number; gcs: number }> {
-  gc!();
-  gc!();
-  const before = v8.getHeapStatistics().used_heap_size;
-  run(ALLOCATION_PROBE_CALLS);
-  const after = v8.getHeapStatistics().used_heap_size;
-  await sleep(20);
-  gcEvents = 0;
-  run(CALLS);
-  await sleep(50); // GC entries are delivered asynchronously
-  return { bytesPerCall: Math.max(0, after - before) / ALLOCATION_PROBE_CALLS, gcs: gcEvents };
-}
-
-async function measureSync(id: SyncCase, label: string, withAllocation: boolean): Promise<CaseResult> {
-  const run = loops[id];
-  await timeSync(run, Math.min(CALLS, 2_000_000)); // warm up: let the JIT settle before timing
-  const samples: number[] = [];
-  for (let round = 0; round < ROUNDS; round++) samples.push(await timeSync(run, CALLS));
-  const probe = withAllocation ? await allocation(run) : undefined;
-  const result: CaseResult = {
-    id,
-    label,
-    nsPerCall: median(samples),
-    minNs: Math.min(...samples),
-    maxNs: Math.max(...samples),
-    callsPerRound: CALLS,
-    rounds: ROUNDS,
-    bytesPerCall: probe?.bytesPerCall ?? null,
-    gcsDuringRun: probe?.gcs ?? null,
-  };
-  console.log(`${label}: ${result.nsPerCall.toFixed(2)} ns/decision, ${result.gcsDuringRun ?? '-'} GCs`);
-  return result;
-}
+const measureSync = (id: SyncCase, label: string, withAllocation: boolean): Promise<CaseResult> =>
+  harness.measureSync(id, label, loops[id], withAllocation);
 
 async function rateLimiterMemoryLoop(calls: number): Promise<void> {
   let admitted = 0;
@@ -234,31 +171,15 @@ async function rateLimiterMemoryLoop(calls: number): Promise<void> {
 }
 
 async function measureRateLimiterMemory(): Promise<CaseResult> {
-  await rateLimiterMemoryLoop(Math.min(RLM_CALLS, 300_000));
-  const samples: number[] = [];
-  for (let round = 0; round < RLM_ROUNDS; round++) {
-    const start = process.hrtime.bigint();
-    await rateLimiterMemoryLoop(RLM_CALLS);
-    samples.push(Number(process.hrtime.bigint() - start) / RLM_CALLS);
-  }
-  gc!();
-  gcEvents = 0;
-  await rateLimiterMemoryLoop(RLM_CALLS);
-  await sleep(50);
-  const result: CaseResult = {
-    id: 'rateLimiterMemory',
-    label: '(r) rate-limiter-flexible RateLimiterMemory `await consume(key)`, one by one',
-    nsPerCall: median(samples),
-    minNs: Math.min(...samples),
-    maxNs: Math.max(...samples),
-    callsPerRound: RLM_CALLS,
-    rounds: RLM_ROUNDS,
-    bytesPerCall: null,
-    gcsDuringRun: gcEvents,
-    note: `GCs counted over ${RLM_CALLS.toLocaleString('en-US')} calls`,
-  };
-  console.log(`${result.label}: ${result.nsPerCall.toFixed(2)} ns/decision`);
-  return result;
+  const { heapDeltaBytes, ...result } = await harness.measureAsync(
+    'rateLimiterMemory',
+    '(r) rate-limiter-flexible RateLimiterMemory `await consume(key)`, one by one',
+    rateLimiterMemoryLoop,
+    RLM_CALLS,
+    RLM_ROUNDS,
+    Math.min(RLM_CALLS, 300_000),
+  );
+  return { ...result, note: `GCs counted over ${RLM_CALLS.toLocaleString('en-US')} calls` };
 }
 
 /** Realistic bucket keys: tenants, routes, callers, 14 to 45 bytes. */

@@ -8,14 +8,12 @@
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
 import os from 'node:os';
-import { PerformanceObserver } from 'node:perf_hooks';
-import { setTimeout as sleep } from 'node:timers/promises';
-import v8 from 'node:v8';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
 import { createGcra } from '../src/local/gcra.js';
 import { createKeyedGcra } from '../src/local/keyed-gcra.js';
 import { createKeyedTokenBucket } from '../src/local/keyed-token-bucket.js';
 import { createTokenBucket } from '../src/local/token-bucket.js';
+import { createDecisionHarness, type DecisionCaseResult } from './decision-harness.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -29,9 +27,6 @@ const CHUNK = 250_000;
 const ALLOCATION_PROBE_CALLS = 100_000;
 const TARGET_NS = 30;
 const TARGET_SPEEDUP = 10;
-
-const gc = (globalThis as { gc?: () => void }).gc;
-if (!gc) throw new Error('run with --expose-gc (see the header of this file)');
 
 // Every limiter admits everything: the timed path is the full admit path (refill, compare, store).
 const CAPACITY = 1e12;
@@ -146,96 +141,18 @@ const loops = {
 
 type SyncCase = keyof typeof loops;
 
-interface CaseResult {
-  id: string;
-  label: string;
-  /** Median wall time per decision over the rounds. */
-  nsPerCall: number;
-  minNs: number;
-  maxNs: number;
-  /** Median process CPU time per decision (includes V8's helper threads). */
-  cpuNsPerCall: number;
-  callsPerRound: number;
-  rounds: number;
-  /** Heap growth over ALLOCATION_PROBE_CALLS calls after a full GC, per call (no GC in between). */
-  bytesPerCall: number | null;
-  /** Garbage collections observed during CALLS back-to-back calls (0 proves no allocation). */
-  gcsDuringRun: number | null;
-  note?: string;
-}
+type CaseResult = DecisionCaseResult;
 
-let gcEvents = 0;
-new PerformanceObserver((list) => {
-  gcEvents += list.getEntries().length;
-}).observe({ entryTypes: ['gc'] });
+const harness = createDecisionHarness({
+  calls: CALLS,
+  rounds: ROUNDS,
+  chunk: CHUNK,
+  pauseMs: 1,
+  allocationProbeCalls: ALLOCATION_PROBE_CALLS,
+});
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
-}
-
-interface Timing {
-  wallNs: number;
-  cpuNs: number;
-}
-
-/** Wall time per call, and process CPU time per call (less inflated when other work preempts us). */
-async function timeSync(run: (calls: number) => void, calls: number): Promise<Timing> {
-  let wallNs = 0n;
-  let cpuUs = 0;
-  for (let done = 0; done < calls; done += CHUNK) {
-    const chunk = Math.min(CHUNK, calls - done);
-    const cpuStart = process.cpuUsage();
-    const start = process.hrtime.bigint();
-    run(chunk);
-    wallNs += process.hrtime.bigint() - start;
-    const cpu = process.cpuUsage(cpuStart);
-    cpuUs += cpu.user + cpu.system;
-    await sleep(1);
-  }
-  return { wallNs: Number(wallNs) / calls, cpuNs: (cpuUs * 1000) / calls };
-}
-
-async function allocation(run: (calls: number) => void): Promise<{ bytesPerCall: number; gcs: number }> {
-  gc!();
-  gc!();
-  const before = v8.getHeapStatistics().used_heap_size;
-  run(ALLOCATION_PROBE_CALLS);
-  const after = v8.getHeapStatistics().used_heap_size;
-  await sleep(20);
-  gcEvents = 0;
-  run(CALLS);
-  await sleep(50); // GC entries are delivered asynchronously
-  return { bytesPerCall: Math.max(0, after - before) / ALLOCATION_PROBE_CALLS, gcs: gcEvents };
-}
-
-async function measureSync(id: SyncCase, label: string, withAllocation: boolean): Promise<CaseResult> {
-  const run = loops[id];
-  await timeSync(run, Math.min(CALLS, 2_000_000)); // warm up: let the JIT settle before timing
-  const samples: number[] = [];
-  const cpuSamples: number[] = [];
-  for (let round = 0; round < ROUNDS; round++) {
-    const timing = await timeSync(run, CALLS);
-    samples.push(timing.wallNs);
-    cpuSamples.push(timing.cpuNs);
-  }
-  const probe = withAllocation ? await allocation(run) : undefined;
-  const result: CaseResult = {
-    id,
-    label,
-    nsPerCall: median(samples),
-    minNs: Math.min(...samples),
-    maxNs: Math.max(...samples),
-    cpuNsPerCall: median(cpuSamples),
-    callsPerRound: CALLS,
-    rounds: ROUNDS,
-    bytesPerCall: probe?.bytesPerCall ?? null,
-    gcsDuringRun: probe?.gcs ?? null,
-  };
-  console.log(`${label}: ${result.nsPerCall.toFixed(2)} ns/decision`);
-  return result;
-}
+const measureSync = (id: SyncCase, label: string, withAllocation: boolean): Promise<CaseResult> =>
+  harness.measureSync(id, label, loops[id], withAllocation);
 
 async function rateLimiterMemoryLoop(calls: number): Promise<void> {
   let admitted = 0;
@@ -247,40 +164,18 @@ async function rateLimiterMemoryLoop(calls: number): Promise<void> {
 }
 
 async function measureRateLimiterMemory(): Promise<CaseResult> {
-  await rateLimiterMemoryLoop(Math.min(RLM_CALLS, 500_000));
-  const samples: number[] = [];
-  const cpuSamples: number[] = [];
-  for (let round = 0; round < RLM_ROUNDS; round++) {
-    const cpuStart = process.cpuUsage();
-    const start = process.hrtime.bigint();
-    await rateLimiterMemoryLoop(RLM_CALLS);
-    samples.push(Number(process.hrtime.bigint() - start) / RLM_CALLS);
-    const cpu = process.cpuUsage(cpuStart);
-    cpuSamples.push(((cpu.user + cpu.system) * 1000) / RLM_CALLS);
-  }
-  gc!();
-  gc!();
-  const before = process.memoryUsage().heapUsed;
-  gcEvents = 0;
-  await rateLimiterMemoryLoop(RLM_CALLS);
-  await sleep(50);
-  const result: CaseResult = {
-    id: 'rateLimiterMemory',
-    label: '(e) rate-limiter-flexible RateLimiterMemory.consume(key), awaited one by one',
-    nsPerCall: median(samples),
-    minNs: Math.min(...samples),
-    maxNs: Math.max(...samples),
-    cpuNsPerCall: median(cpuSamples),
-    callsPerRound: RLM_CALLS,
-    rounds: RLM_ROUNDS,
-    bytesPerCall: null,
-    gcsDuringRun: gcEvents,
-    note: `promise-based: each decision allocates a promise and a RateLimiterRes; heap moved ${(
-      (process.memoryUsage().heapUsed - before) / 1e6
-    ).toFixed(1)} MB net over ${RLM_CALLS.toLocaleString('en-US')} calls with ${gcEvents} GCs`,
+  const { heapDeltaBytes, ...result } = await harness.measureAsync(
+    'rateLimiterMemory',
+    '(e) rate-limiter-flexible RateLimiterMemory.consume(key), awaited one by one',
+    rateLimiterMemoryLoop,
+    RLM_CALLS,
+    RLM_ROUNDS,
+    Math.min(RLM_CALLS, 500_000),
+  );
+  return {
+    ...result,
+    note: `promise-based: each decision allocates a promise and a RateLimiterRes; heap moved ${(heapDeltaBytes / 1e6).toFixed(1)} MB net over ${RLM_CALLS.toLocaleString('en-US')} calls with ${result.gcsDuringRun} GCs`,
   };
-  console.log(`${result.label}: ${result.nsPerCall.toFixed(2)} ns/decision`);
-  return result;
 }
 
 const startedAt = new Date();
