@@ -39,17 +39,21 @@ const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 const COMMAND = 'node --import tsx --expose-gc bench/edge.bench.ts';
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 10);
-const MAX_DURATION_S = Number(process.env.BENCH_MAX_DURATION_S ?? 5);
-const WARMUP_S = Number(process.env.BENCH_WARMUP_S ?? 4);
+const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 15);
+const MAX_DURATION_S = Number(process.env.BENCH_MAX_DURATION_S ?? 4);
+const WARMUP_S = Number(process.env.BENCH_WARMUP_S ?? 3);
 const RATE = Number(process.env.BENCH_RATE ?? 1000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const OVER_LIMIT_RPS = Number(process.env.BENCH_OVER_LIMIT_RPS ?? 500);
 /** Admitted cases: no limit the load can reach. */
 const HIGH_LIMIT = 1_000_000_000;
 const REDIS_WINDOW_SEC = 60;
+/** One-way delay added on the way to and from the "remote" Redis (BENCH_REMOTE_REDIS_DELAY_MS). */
+const REMOTE_REDIS_DELAY_MS = Number(process.env.BENCH_REMOTE_REDIS_DELAY_MS ?? 1);
 /** Upstream connections pooled by every forwarding case (the proxy's default, docs/proxy.md). */
 const UPSTREAM_SOCKETS = 128;
+/** Most connections the open-loop generator opens to a case (one request in flight on each). */
+const OPEN_LOOP_CONNECTIONS = 256;
 
 // ---------------------------------------------------------------------------------------------
 // Child roles
@@ -205,6 +209,8 @@ interface LoadResult {
   timeouts: number;
   latency2xx: LatencySummary;
   latency429: LatencySummary;
+  /** Open loop only: how late the generator sent requests against their scheduled arrival. */
+  senderLateness?: LatencySummary;
 }
 
 interface AutocannonInstance {
@@ -223,7 +229,10 @@ type Autocannon = (
   callback: (error: Error | null, result: AutocannonResult) => void,
 ) => AutocannonInstance;
 
-/** autocannon in this process; each response's latency kept (ms, fractional) by status. */
+/**
+ * autocannon in this process, closed loop: BENCH_CONNECTIONS connections, each sending its next
+ * request when the last is answered (the throughput run). Each response's latency kept by status.
+ */
 async function runLoadgen(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
@@ -231,21 +240,18 @@ async function runLoadgen(argv: string[]): Promise<void> {
       url: { type: 'string' },
       connections: { type: 'string' },
       duration: { type: 'string' },
-      rate: { type: 'string', default: '0' },
     },
   });
   const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
   const ok: number[] = [];
   const limited: number[] = [];
   let other = 0;
-  const rate = Number(values.rate);
   const result = await new Promise<AutocannonResult>((resolve, reject) => {
     const instance = autocannon(
       {
         url: values.url,
         connections: Number(values.connections),
         duration: Number(values.duration),
-        ...(rate > 0 ? { overallRate: rate } : {}),
         timeout: 10,
       },
       (error, done) => (error ? reject(error) : resolve(done)),
@@ -268,6 +274,98 @@ async function runLoadgen(argv: string[]): Promise<void> {
     timeouts: result.timeouts,
     latency2xx: summarize(ok),
     latency429: summarize(limited),
+  };
+  process.stdout.write(`${JSON.stringify(out)}\n`);
+}
+
+/**
+ * The open-loop load generator: requests arrive at `rate` per second as a Poisson process (seeded,
+ * so every case sees the same arrival pattern), whether or not earlier ones have been answered, as
+ * independent clients' requests do. Each request goes out on its own keep-alive connection from an
+ * undici pool that grows as needed, so a slow response delays no other request (no head-of-line
+ * blocking in the generator). Latency runs from the moment a request is handed to the socket layer
+ * to the last byte of its response. autocannon's fixed rate is not used for latency: it sends each
+ * connection's whole quota for a second back to back at the start of that second, so its
+ * "1,000 req/s" is a 1,000-request burst per second and its latencies measure queueing in the
+ * burst, not what a request costs.
+ */
+async function runOpenLoop(argv: string[]): Promise<void> {
+  const { values } = parseArgs({
+    args: argv,
+    options: {
+      url: { type: 'string' },
+      duration: { type: 'string' },
+      rate: { type: 'string' },
+      seed: { type: 'string', default: '1' },
+    },
+  });
+  const { Pool } = await import('undici');
+  const { seededRandom } = await import('../src/core/index.js');
+  const url = new URL(String(values.url));
+  const rate = Number(values.rate);
+  const durationMs = Number(values.duration) * 1000;
+  const random = seededRandom(Number(values.seed));
+  const pool = new Pool(url.origin, { connections: OPEN_LOOP_CONNECTIONS, pipelining: 1 });
+  const ok: number[] = [];
+  const limited: number[] = [];
+  const lateness: number[] = [];
+  let other = 0;
+  let errors = 0;
+  let inFlight = 0;
+  const started = performance.now();
+  const end = started + durationMs;
+  let nextAt = started;
+  let finish: () => void = () => {};
+  const finished = new Promise<void>((resolve) => {
+    finish = resolve;
+  });
+  const send = (now: number) => {
+    inFlight++;
+    pool
+      .request({ path: url.pathname, method: 'GET' })
+      .then(async (response) => {
+        await response.body.dump();
+        const ms = performance.now() - now;
+        if (response.statusCode >= 200 && response.statusCode < 300) ok.push(ms);
+        else if (response.statusCode === 429) limited.push(ms);
+        else other++;
+      })
+      .catch(() => {
+        errors++;
+      })
+      .finally(() => {
+        inFlight--;
+        if (nextAt >= end && inFlight === 0) finish();
+      });
+  };
+  const tick = () => {
+    const now = performance.now();
+    while (nextAt <= now && nextAt < end) {
+      lateness.push(now - nextAt);
+      send(now);
+      // Exponential gaps: a Poisson arrival process at `rate` per second.
+      nextAt += (-Math.log(1 - random()) * 1000) / rate;
+    }
+    if (nextAt < end) setTimeout(tick, Math.max(0, nextAt - performance.now()));
+    else if (inFlight === 0) finish();
+  };
+  tick();
+  await finished;
+  const durationSec = (performance.now() - started) / 1000;
+  await pool.close();
+  const requests = ok.length + limited.length + other;
+  const out: LoadResult = {
+    durationSec,
+    requests,
+    requestsPerSec: requests / durationSec,
+    status2xx: ok.length,
+    status429: limited.length,
+    statusOther: other,
+    errors,
+    timeouts: 0,
+    latency2xx: summarize(ok),
+    latency429: summarize(limited),
+    senderLateness: summarize(lateness),
   };
   process.stdout.write(`${JSON.stringify(out)}\n`);
 }
@@ -303,13 +401,12 @@ interface Running {
 const children: ChildProcess[] = [];
 
 /** Spawns `args` (node flags included) and resolves with its `listening` line. */
-async function startProcess(name: string, args: string[], timeoutMs = 60_000): Promise<Running> {
-  const child = spawn(process.execPath, args, {
-    cwd: ROOT,
-    stdio: ['ignore', 'pipe', 'pipe'],
-    env: { ...process.env, NODE_OPTIONS: '' },
-  });
-  children.push(child);
+async function startProcess(
+  name: string,
+  args: string[],
+  { timeoutMs = 60_000, cpus = SHARED_CPUS }: { timeoutMs?: number; cpus?: string } = {},
+): Promise<Running> {
+  const child = spawnPinned(args, cpus, ['ignore', 'pipe', 'pipe']);
   const output: string[] = [];
   createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
   const listening = await new Promise<Record<string, unknown>>((resolve, reject) => {
@@ -348,32 +445,53 @@ function stopAll(): void {
   }
 }
 
-async function load(url: string, durationSec: number, rate: number): Promise<LoadResult> {
-  const child = spawn(
-    process.execPath,
-    [
-      '--import',
-      'tsx',
-      SELF,
-      'loadgen',
-      '--url',
-      url,
-      '--connections',
-      String(CONNECTIONS),
-      '--duration',
-      String(durationSec),
-      '--rate',
-      String(rate),
-    ],
-    { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, NODE_OPTIONS: '' } },
-  );
+/**
+ * CPU placement. On a machine with two or more CPUs (and `taskset`), the server under test gets the
+ * last CPU to itself and everything else (load generator, upstream, Redis, controller, aggregator,
+ * this orchestrator) shares the others: the measured process is then not preempted by the load it
+ * is measured with, which on two cores otherwise dominates its tail. BENCH_PIN=0 turns this off.
+ */
+const CPU_COUNT = os.cpus().length;
+const PINNING = process.env.BENCH_PIN !== '0' && CPU_COUNT >= 2 && spawnSync('taskset', ['-V']).status === 0;
+const CASE_CPUS = String(CPU_COUNT - 1);
+const SHARED_CPUS = CPU_COUNT > 2 ? `0-${CPU_COUNT - 2}` : '0';
+
+function spawnPinned(
+  args: string[],
+  cpus: string,
+  stdio: ['ignore', 'pipe', 'pipe' | 'inherit'],
+): ChildProcess {
+  const options = { cwd: ROOT, stdio, env: { ...process.env, NODE_OPTIONS: '' } };
+  // taskset execs node in place, so the child's pid is node's.
+  const child = PINNING
+    ? spawn('taskset', ['-c', cpus, process.execPath, ...args], options)
+    : spawn(process.execPath, args, options);
   children.push(child);
+  return child;
+}
+
+/** Pins an already running process (every thread) to `cpus`. */
+function pinProcess(pid: number | undefined, cpus: string): void {
+  if (PINNING && pid !== undefined)
+    spawnSync('taskset', ['-a', '-cp', cpus, String(pid)], { stdio: 'ignore' });
+}
+
+/**
+ * One load run. `rate` > 0: the open-loop generator at that many requests/s (latency); 0: autocannon
+ * with BENCH_CONNECTIONS keep-alive connections as fast as the case answers (throughput).
+ */
+async function load(url: string, durationSec: number, rate: number): Promise<LoadResult> {
+  const args =
+    rate > 0
+      ? ['openloop', '--url', url, '--duration', String(durationSec), '--rate', String(rate)]
+      : ['loadgen', '--url', url, '--connections', String(CONNECTIONS), '--duration', String(durationSec)];
+  const child = spawnPinned(['--import', 'tsx', SELF, ...args], SHARED_CPUS, ['ignore', 'pipe', 'inherit']);
   let stdout = '';
   child.stdout!.on('data', (chunk: Buffer) => {
     stdout += chunk.toString();
   });
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-  if (code !== 0) throw new Error(`loadgen exited ${code}: ${stdout}`);
+  if (code !== 0) throw new Error(`load generator exited ${code}: ${stdout}`);
   return JSON.parse(stdout.trim().split('\n').at(-1)!) as LoadResult;
 }
 
@@ -556,9 +674,15 @@ async function main(): Promise<void> {
   const loadAverageStart = os.loadavg();
   const inProcessRows = await inProcess();
   const { startRedis } = await import('../test/helpers/redis-server.js');
+  const { startFaultProxy } = await import('../test/helpers/fault-proxy.js');
+  pinProcess(process.pid, SHARED_CPUS);
   const dir = mkdtempSync(join(os.tmpdir(), 'spillway-edge-bench-'));
   const redis = await startRedis();
+  pinProcess(redis.process.pid, SHARED_CPUS);
   const redisAddress = `127.0.0.1:${redis.port}`;
+  // The same Redis "in another zone": every chunk crosses a delaying TCP relay in this process,
+  // REMOTE_REDIS_DELAY_MS each way (Node timers, so about that plus up to a millisecond).
+  const remoteRedis = await startFaultProxy(redisAddress, { mode: 'delay', delayMs: REMOTE_REDIS_DELAY_MS });
   process.once('SIGINT', () => {
     stopAll();
     void redis.stop().finally(() => process.exit(130));
@@ -632,6 +756,7 @@ async function main(): Promise<void> {
             '--log-level',
             'warn',
           ]),
+          { cpus: CASE_CPUS },
         );
         cases.push({
           id,
@@ -669,6 +794,22 @@ async function main(): Promise<void> {
       ),
     );
 
+    await proxyCase(
+      'proxy-redis-remote',
+      `spillway proxy + Redis sliding window, Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
+      `loadgen → proxy (as proxy + Redis, through a relay adding ${REMOTE_REDIS_DELAY_MS} ms each way) → upstream`,
+      proxyRules(
+        upstreamAddress,
+        [
+          'kind: redis',
+          `url: redis://${remoteRedis.address}`,
+          'algorithm: sliding-counter',
+          'timeoutMs: 100',
+        ],
+        proxyBucket('edge', HIGH_LIMIT, REDIS_WINDOW_SEC, 'edge:{client}'),
+      ),
+    );
+
     const expressCase = async (
       id: string,
       label: string,
@@ -676,19 +817,23 @@ async function main(): Promise<void> {
       args: string[],
       overLimit = false,
     ) => {
-      const server = await startProcess(id, [
-        '--import',
-        'tsx',
-        SELF,
-        'express',
-        '--upstream',
-        upstreamAddress,
-        '--aggregator',
-        aggregatorAddress,
-        '--redis',
-        redisAddress,
-        ...args,
-      ]);
+      const server = await startProcess(
+        id,
+        [
+          '--import',
+          'tsx',
+          SELF,
+          'express',
+          '--upstream',
+          upstreamAddress,
+          '--aggregator',
+          aggregatorAddress,
+          '--redis',
+          redisAddress,
+          ...args,
+        ],
+        { cpus: CASE_CPUS },
+      );
       cases.push({
         id,
         label,
@@ -721,6 +866,12 @@ async function main(): Promise<void> {
       'express + rate-limiter-flexible RateLimiterRedis',
       'loadgen → Express → RateLimiterRedis.consume(req.ip) (one Redis round trip) → forward → upstream',
       ['--variant', 'rlf-redis'],
+    );
+    await expressCase(
+      'express-rlf-redis-remote',
+      `express + rate-limiter-flexible RateLimiterRedis, Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
+      `loadgen → Express → RateLimiterRedis.consume(req.ip) through a relay adding ${REMOTE_REDIS_DELAY_MS} ms each way → forward → upstream`,
+      ['--variant', 'rlf-redis', '--redis', remoteRedis.address],
     );
     if (proxyReady) {
       await proxyCase(
@@ -779,6 +930,7 @@ async function main(): Promise<void> {
         rejectedShare: m((r) => r.fixed.status429 / Math.max(1, r.fixed.requests)),
         rejectedP50Ms: m((r) => r.fixed.latency429.p50Us / 1000),
         rejectedP99Ms: m((r) => r.fixed.latency429.p99Us / 1000),
+        senderLateP99Ms: m((r) => (r.fixed.senderLateness?.p99Us ?? Number.NaN) / 1000),
         maxRps: m((r) => r.max.requestsPerSec),
         maxP99Ms: m((r) => r.max.latency2xx.p99Us / 1000),
         fixedCpuUs: m((r) => r.fixedCpuUsPerRequest),
@@ -808,11 +960,21 @@ async function main(): Promise<void> {
       const b = rounds.get(baseId)!;
       return median(a.map((round, i) => ratio(round, b[i]!)));
     };
-    const ratios: { name: string; value: number | undefined; target: string; met: boolean | undefined }[] =
-      [];
+    const ratios: {
+      name: string;
+      value: number | undefined;
+      target: string;
+      met: boolean | undefined;
+      /** 'us': an absolute difference in microseconds rather than a ratio. */
+      unit?: 'us';
+    }[] = [];
     const addedOver = (name: string, id: string, baseId: string) => {
       const value = perRound(id, baseId, (a, b) => a.fixed.latency2xx.p99Us / b.fixed.latency2xx.p99Us - 1);
       ratios.push({ name, value, target: '<= +5%', met: value === undefined ? undefined : value <= 0.05 });
+    };
+    const addedUs = (name: string, id: string, baseId: string) => {
+      const value = perRound(id, baseId, (a, b) => a.fixed.latency2xx.p99Us - b.fixed.latency2xx.p99Us);
+      ratios.push({ name, value, target: '(context)', met: undefined, unit: 'us' });
     };
     const cpuOver = (name: string, id: string, baseId: string) => {
       const value = perRound(id, baseId, (a, b) => a.fixedCpuUsPerRequest / b.fixedCpuUsPerRequest - 1);
@@ -837,6 +999,12 @@ async function main(): Promise<void> {
       'express-spillway-global',
       'express-bare',
     );
+    addedUs('p99 of proxy + global minus the bare proxy, µs', 'proxy-global', 'proxy-bare');
+    addedUs(
+      'p99 of express + spillway global minus bare express, µs',
+      'express-spillway-global',
+      'express-bare',
+    );
     cpuOver('CPU per request of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
     cpuOver(
       'CPU per request of express + spillway global over bare express',
@@ -855,6 +1023,16 @@ async function main(): Promise<void> {
       'express-rlf-redis',
     );
     lowerThan('p99.9 of proxy + global vs express + RLF Redis', 'proxy-global', 'express-rlf-redis');
+    lowerThan(
+      `p99.9 of proxy + global vs proxy + Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
+      'proxy-global',
+      'proxy-redis-remote',
+    );
+    lowerThan(
+      `p99.9 of express + spillway global vs express + RLF Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
+      'express-spillway-global',
+      'express-rlf-redis-remote',
+    );
 
     const version = (pkg: string) =>
       (
@@ -908,27 +1086,39 @@ async function main(): Promise<void> {
         : []),
       `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
       '',
-      `Every case forwards to the same upstream process (node:http, 200 "ok"). Load comes from autocannon in its own`,
-      `process, ${CONNECTIONS} keep-alive connections: per case a ${WARMUP_S} s warmup, a ${DURATION_S} s run at a fixed`,
-      `${n(RATE, 0)} requests/s (latency columns: below every case's capacity, so the figures are per-request cost rather than`,
-      `queueing) and a ${MAX_DURATION_S} s run at full speed (max req/s). Latency is each response's own time as autocannon`,
-      'measured it (request written to response read), kept exactly rather than in 1 ms buckets.',
-      'Every process shares the machine: the load generator, the case under test, the upstream and, where',
-      'used, Redis, the controller and the aggregator. Limits are far above the load except in the over-the-limit case.',
+      'Every case forwards to the same upstream process (node:http, 200 "ok"). Per case: a',
+      `${WARMUP_S} s warmup and a ${DURATION_S} s measured run at ${n(RATE, 0)} requests/s from an open-loop generator in its own`,
+      'process (Poisson arrivals, the same seeded sequence for every case, each request on its own keep-alive',
+      'connection of a pool that grows as needed, so nothing waits behind a slow response; latency from the',
+      'request handed to the socket to the last byte of the response, kept exactly), then a',
+      `${MAX_DURATION_S} s run at full speed with autocannon (${CONNECTIONS} connections, closed loop: max req/s).`,
+      PINNING
+        ? `CPU placement (taskset): the server under test (proxy or Express) runs alone on CPU ${CASE_CPUS}; the load generator, upstream, Redis, controller, aggregator and the Redis delay relay share CPU ${SHARED_CPUS}.`
+        : 'No CPU pinning (BENCH_PIN=0, one CPU, or no taskset): every process shares every CPU, and latency includes that contention.',
+      `Limits are far above the load except in the over-the-limit case. "Redis ${REMOTE_REDIS_DELAY_MS} ms away" is the same`,
+      `Redis reached through a relay that holds every chunk ${REMOTE_REDIS_DELAY_MS} ms each way (Node timers: that or a little more),`,
+      'standing in for a Redis across a network, as in production; the plain Redis rows are on loopback, the best case for Redis.',
       '',
-      '| case | p50 ms | p99 ms | p99.9 ms | CPU µs/req | max req/s | p99 ms at max | CPU µs/req at max | 429 share | failures |',
-      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+      "Earlier versions of this file used autocannon's fixed-rate mode for the latency columns. It sends each",
+      'connection\'s quota for a second back to back at the start of the second, so "1,000 req/s" was a',
+      '1,000-request burst each second and those latencies measured queueing inside the burst (p50 ≈ 50 × the',
+      "proxy's per-request CPU time), not what a request costs.",
+      '',
+      '| case | p50 ms | p99 ms | p99.9 ms | CPU µs/req | generator late p99 ms | max req/s | p99 ms at max | CPU µs/req at max | 429 share | failures |',
+      '|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
       ...rows.map((r) =>
         r.missing !== undefined
-          ? `| ${r.label} | missing: ${r.missing} | | | | | | | | |`
+          ? `| ${r.label} | missing: ${r.missing} | | | | | | | | | |`
           : r.rounds.length === 0
-            ? `| ${r.label} | not run (BENCH_CASES) | | | | | | | | |`
-            : `| ${r.label} | ${n(r.p50Ms)} | ${n(r.p99Ms)} | ${n(r.p999Ms)} | ${n(r.fixedCpuUs, 0)} | ${n(r.maxRps, 0)} | ${n(r.maxP99Ms)} | ${n(r.maxCpuUs, 0)} | ${(r.rejectedShare * 100).toFixed(1)}% | ${r.failures} |`,
+            ? `| ${r.label} | not run (BENCH_CASES) | | | | | | | | | |`
+            : `| ${r.label} | ${n(r.p50Ms)} | ${n(r.p99Ms)} | ${n(r.p999Ms)} | ${n(r.fixedCpuUs, 0)} | ${n(r.senderLateP99Ms)} | ${n(r.maxRps, 0)} | ${n(r.maxP99Ms)} | ${n(r.maxCpuUs, 0)} | ${(r.rejectedShare * 100).toFixed(1)}% | ${r.failures} |`,
       ),
       '',
       '"CPU µs/req" is the CPU time (user + system, /proc) of the process serving the case (the proxy, the',
       'Express server, or the upstream in the first row) per request: less sensitive to other load on the',
-      'machine than latency. Redis, controller and aggregator CPU are not included.',
+      'machine than latency. Redis, controller and aggregator CPU are not included. "generator late p99" is how',
+      'late the open-loop generator sent its requests against their scheduled arrival: a health check of the',
+      'measurement (a starved generator sends bursts); it is not part of the latency columns.',
       '',
       'Latency columns are for 2xx responses. Over the limit, the 429s:',
       '',
@@ -954,7 +1144,7 @@ async function main(): Promise<void> {
       '|---|---:|---|---|',
       ...ratios.map(
         (r) =>
-          `| ${r.name} | ${pct(r.value)} | ${r.target} | ${r.met === undefined ? 'n/a' : r.met ? 'yes' : 'no'} |`,
+          `| ${r.name} | ${r.unit === 'us' ? (r.value === undefined ? '—' : `${r.value >= 0 ? '+' : ''}${Math.round(r.value)} µs`) : pct(r.value)} | ${r.target} | ${r.met === undefined ? 'n/a' : r.met ? 'yes' : 'no'} |`,
       ),
       '',
       '"+x%" is the global path\'s figure over the bare path\'s, minus 1; "lower" for p99.9 is',
@@ -982,6 +1172,7 @@ async function main(): Promise<void> {
   } finally {
     stopAll();
     await redis.stop();
+    await remoteRedis.close();
     rmSync(dir, { recursive: true, force: true });
   }
 }
@@ -990,5 +1181,6 @@ const role = process.argv[2];
 if (role === 'upstream') await runUpstream();
 else if (role === 'express') await runExpress(process.argv.slice(3));
 else if (role === 'loadgen') await runLoadgen(process.argv.slice(3));
+else if (role === 'openloop') await runOpenLoop(process.argv.slice(3));
 else if (role === 'inprocess') await runInProcess(Number(process.argv[3]));
 else await main();
