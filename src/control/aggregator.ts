@@ -16,6 +16,7 @@ import type { ControlClient, ReportContext, ReportHandler } from '../transport/c
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { RecentSequences } from './recent-sequences.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
+import { type TierName, tierName } from './tier-name.js';
 import { DEFAULT_MAX_WINDOW_MS, type ReportLimits, validateReport } from './validate-report.js';
 
 export interface AggregatorOptions {
@@ -109,8 +110,8 @@ export interface AggregatorCounters {
   staleDirectives: number;
   bucketsOverCapacity: number;
   expiredHosts: number;
-  /** Host usages scaled down by `reporterCap` (one per host, bucket and forward). */
-  clippedUsages: number;
+  /** Host usages scaled down by `reporterCap` (one per host, bucket and forward), by the host's tier. */
+  clippedUsages: Partial<Record<TierName, number>>;
 }
 
 export interface AggregatorSnapshot {
@@ -241,7 +242,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     staleDirectives: 0,
     bucketsOverCapacity: 0,
     expiredHosts: 0,
-    clippedUsages: 0,
+    clippedUsages: {},
   };
 
   const hostGraceMs = () => options.hostGraceMs ?? 2.5 * intervalMs;
@@ -414,7 +415,10 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         let scale = 1;
         if (caps) {
           scale = clipScale(usage.offeredRps, host.hostCount, caps.get(bucket) ?? Number.POSITIVE_INFINITY);
-          if (scale < 1) counters.clippedUsages++;
+          if (scale < 1) {
+            const tier = tierName(host.tier);
+            counters.clippedUsages[tier] = (counters.clippedUsages[tier] ?? 0) + 1;
+          }
         }
         bucket.offeredRps += usage.offeredRps * scale;
         bucket.admittedRps += usage.admittedRps * scale;
@@ -683,7 +687,11 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       hosts: hostList.sort(byKey),
       buckets: [...sums.values()].sort(byKey),
       parents: options.parents.map((p, i) => ({ target: p.target, healthy: parentDownUntilMs[i]! <= nowMs })),
-      counters: { ...counters, rejectedReports: { ...counters.rejectedReports } },
+      counters: {
+        ...counters,
+        rejectedReports: { ...counters.rejectedReports },
+        clippedUsages: { ...counters.clippedUsages },
+      },
     };
     if (lastForward) snap.lastForward = { ...lastForward };
     return snap;

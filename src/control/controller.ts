@@ -22,6 +22,7 @@ import { type ControlLogger, silentLogger } from './control-logger.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
+import { type TierName, tierName } from './tier-name.js';
 import { type ReportLimits, validateReport } from './validate-report.js';
 
 export interface ControllerOptions {
@@ -105,8 +106,11 @@ export interface ControllerCounters {
   expiredChildren: number;
   expiredBuckets: number;
   ticks: number;
-  /** Child usages scaled down by `reporterCap` (one per child, bucket and tick). */
-  clippedUsages: number;
+  /**
+   * Child usages scaled down by `reporterCap`, by the child's tier: one per child and bucket each
+   * time a sum counts them (every tick, and every report with a stateless ratio policy).
+   */
+  clippedUsages: Partial<Record<TierName, number>>;
 }
 
 export interface ControllerSnapshot {
@@ -247,7 +251,7 @@ export function createController(options: ControllerOptions): Controller {
     expiredChildren: 0,
     expiredBuckets: 0,
     ticks: 0,
-    clippedUsages: 0,
+    clippedUsages: {},
   };
 
   function newGroup(resolved: ResolvedBucket): Group {
@@ -471,7 +475,7 @@ export function createController(options: ControllerOptions): Controller {
       let scale = 1;
       if (cap !== undefined) {
         scale = clipScale(usage.offeredRps, child.hostCount, cap);
-        if (scale < 1) counters.clippedUsages++;
+        if (scale < 1) countClipped(child.tier);
       }
       addTo(group, usage, scale);
       touched.set(group, bucket);
@@ -479,6 +483,11 @@ export function createController(options: ControllerOptions): Controller {
     if (touched.size === 0) return;
     version++;
     for (const [group, bucket] of touched) compute(group, bucket.resolved);
+  }
+
+  function countClipped(tier: Tier): void {
+    const name = tierName(tier);
+    counters.clippedUsages[name] = (counters.clippedUsages[name] ?? 0) + 1;
   }
 
   /** Per-host bound of each bucket this tick, from every fresh child's per-host rate. */
@@ -530,7 +539,7 @@ export function createController(options: ControllerOptions): Controller {
         let scale = 1;
         if (caps) {
           scale = clipScale(usage.offeredRps, child.hostCount, caps.get(bucket) ?? Number.POSITIVE_INFINITY);
-          if (scale < 1) counters.clippedUsages++;
+          if (scale < 1) countClipped(child.tier);
         }
         addTo(bucket.total, usage, scale);
         if (bucket.zones) {
@@ -666,7 +675,11 @@ export function createController(options: ControllerOptions): Controller {
       buckets: bucketList,
       children: childList,
       unknownBucketKeys: [...unknownKeys],
-      counters: { ...counters, rejectedReports: { ...counters.rejectedReports } },
+      counters: {
+        ...counters,
+        rejectedReports: { ...counters.rejectedReports },
+        clippedUsages: { ...counters.clippedUsages },
+      },
     };
   }
 

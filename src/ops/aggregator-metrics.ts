@@ -1,4 +1,5 @@
 import type { AggregatorSnapshot } from '../control/aggregator.js';
+import { TIER_NAMES } from '../control/tier-name.js';
 import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
 
 type Definition = SnapshotMetricDefinition<AggregatorSnapshot>;
@@ -125,6 +126,13 @@ export function addAggregatorMetrics(
         type: 'counter',
         labelNames: ['code'],
         samples: (s) => Object.entries(s.counters.rejectedReports).map(([code, n]): Sample => [{ code }, n]),
+      },
+      {
+        name: 'spillway_aggregator_reporter_cap_clipped_total',
+        help: "Children's bucket usages scaled down by the reporter cap in a forward, by the child's tier.",
+        type: 'counter',
+        labelNames: ['tier'],
+        samples: (s) => TIER_NAMES.map((tier): Sample => [{ tier }, s.counters.clippedUsages[tier] ?? 0]),
       },
       single(
         'spillway_aggregator_forwards_total',

@@ -1,5 +1,5 @@
 import type { ControllerSnapshot } from '../control/controller.js';
-import { Tier } from '../gen/spillway/v1/control_pb.js';
+import { TIER_NAMES, tierName } from '../control/tier-name.js';
 import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
 
 type Definition = SnapshotMetricDefinition<ControllerSnapshot>;
@@ -40,13 +40,6 @@ function single(
 ): Definition {
   return { name, help, type, samples: (s) => [[{}, value(s)]] };
 }
-
-const TIER_NAMES: Record<number, string> = {
-  [Tier.UNSPECIFIED]: 'unspecified',
-  [Tier.HOST]: 'host',
-  [Tier.AGGREGATOR]: 'aggregator',
-  [Tier.CONTROLLER]: 'controller',
-};
 
 /**
  * Exports a controller's view through `metrics`, read from `controller.snapshot()` at scrape time:
@@ -114,7 +107,7 @@ export function addControllerMetrics(
         samples: (s) => {
           const byTier = new Map<string, number>();
           for (const c of s.children) {
-            const tier = TIER_NAMES[c.tier] ?? 'unspecified';
+            const tier = tierName(c.tier);
             byTier.set(tier, (byTier.get(tier) ?? 0) + 1);
           }
           return [...byTier].map(([tier, n]): Sample => [{ tier }, n]);
@@ -163,6 +156,15 @@ export function addControllerMetrics(
         type: 'counter',
         labelNames: ['code'],
         samples: (s) => Object.entries(s.counters.rejectedReports).map(([code, n]): Sample => [{ code }, n]),
+      },
+      {
+        name: 'spillway_controller_reporter_cap_clipped_total',
+        help:
+          "Children's bucket usages scaled down by the reporter cap, by the child's tier " +
+          '(counted each time a sum uses them: every tick, and every report with a stateless policy).',
+        type: 'counter',
+        labelNames: ['tier'],
+        samples: (s) => TIER_NAMES.map((tier): Sample => [{ tier }, s.counters.clippedUsages[tier] ?? 0]),
       },
       single(
         'spillway_controller_unknown_buckets_total',

@@ -6,6 +6,9 @@ import { clipScale, perHostCapRps, validateReporterCap } from '../../src/control
 import { ManualClock } from '../../src/core/clock.js';
 import { isSpillwayError } from '../../src/core/errors.js';
 import { Tier } from '../../src/gen/spillway/v1/control_pb.js';
+import { addAggregatorMetrics } from '../../src/ops/aggregator-metrics.js';
+import { addControllerMetrics } from '../../src/ops/controller-metrics.js';
+import { createMetrics, type SpillwayMetrics } from '../../src/ops/metrics.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
 import { call, hostReport } from '../control/report-fixtures.js';
 
@@ -68,7 +71,7 @@ describe('reporter cap: one lying host', () => {
     const offered = HONEST_RPS.reduce((a, b) => a + b, 0) + 4 * 100;
     assert.equal(controller.snapshot().buckets[0]!.offeredRps, offered);
     assert.ok(Math.abs(ratioOf(controller) - (offered - LIMIT_RPS) / offered) < 1e-9);
-    assert.equal(controller.snapshot().counters.clippedUsages, 1);
+    assert.deepEqual(controller.snapshot().counters.clippedUsages, { host: 1 });
   });
 
   it('honest skew under the bound is untouched (the cap never lowers honest reports)', () => {
@@ -76,7 +79,7 @@ describe('reporter cap: one lying host', () => {
     feed(controller.handleReport, clock.nowMs(), false);
     controller.tick();
     assert.equal(controller.snapshot().buckets[0]!.offeredRps, 400);
-    assert.equal(controller.snapshot().counters.clippedUsages, 0);
+    assert.deepEqual(controller.snapshot().counters.clippedUsages, {});
   });
 
   it('maxRps: a hard bound per host, scaled by the hosts an aggregator speaks for', () => {
@@ -134,7 +137,7 @@ describe('reporter cap: one lying host', () => {
     // Honest 400 rps plus the liar clipped to 4 x the lower median (100): 800 rps forwarded.
     assert.ok(sent.length >= 1);
     assert.ok(Math.abs(sent.at(-1)! - 800) < 1e-6, `forwarded offered ${sent.at(-1)} rps`);
-    assert.equal(aggregator.snapshot().counters.clippedUsages > 0, true);
+    assert.ok((aggregator.snapshot().counters.clippedUsages.host ?? 0) > 0);
   });
 
   it('validates its options and computes the documented bound', () => {
@@ -153,5 +156,114 @@ describe('reporter cap: one lying host', () => {
     assert.equal(clipScale(100, 1, 200), 1);
     assert.equal(clipScale(400, 1, 200), 0.5);
     assert.equal(clipScale(400, 4, 200), 1);
+  });
+});
+
+/** The value of one series in a scrape of `metrics`, undefined when absent. */
+async function seriesValue(metrics: SpillwayMetrics, series: string): Promise<number | undefined> {
+  for (const line of (await metrics.registry.metrics()).split('\n')) {
+    if (line.startsWith(`${series} `)) return Number(line.slice(series.length + 1));
+  }
+  return undefined;
+}
+
+describe('reporter cap: operators see the clipping', () => {
+  const controllerClipped = (tier: string) =>
+    `spillway_controller_reporter_cap_clipped_total{tier="${tier}"}`;
+
+  it('spillway_controller_reporter_cap_clipped_total rises by tier when a reporter lies, not before', async () => {
+    const { clock, controller } = controllerWith({ medianMultiple: 4, maxRps: 200 });
+    const metrics = createMetrics({ component: 'controller', id: 'ctl', processMetrics: false });
+    addControllerMetrics(metrics, controller);
+    // Zero from the start, for every tier: increase() sees the first clip.
+    for (const tier of ['host', 'aggregator', 'controller', 'unspecified'])
+      assert.equal(await seriesValue(metrics, controllerClipped(tier)), 0, tier);
+
+    feed(controller.handleReport, clock.nowMs(), false);
+    controller.tick();
+    assert.equal(await seriesValue(metrics, controllerClipped('host')), 0, 'honest hosts are not clipped');
+
+    clock.advance(1000);
+    feed(controller.handleReport, clock.nowMs());
+    controller.tick();
+    const afterLie = await seriesValue(metrics, controllerClipped('host'));
+    assert.ok(afterLie !== undefined && afterLie >= 1, `host series ${afterLie}`);
+    assert.equal(await seriesValue(metrics, controllerClipped('aggregator')), 0);
+
+    // An aggregator claiming 10 hosts at 1,000 rps each is above maxRps (200 per host).
+    call(
+      controller.handleReport,
+      hostReport({
+        id: 'agg',
+        sequence: 1,
+        endMs: clock.nowMs(),
+        tier: Tier.AGGREGATOR,
+        hostCount: 10,
+        buckets: [{ bucket: 'pay', offered: 10_000 }],
+      }),
+    );
+    controller.tick();
+    assert.ok((await seriesValue(metrics, controllerClipped('aggregator')))! >= 1);
+    assert.ok((await seriesValue(metrics, controllerClipped('host')))! > afterLie, 'counts are cumulative');
+    // Only the four tier names are ever label values: no per-reporter or per-bucket series.
+    const series = (await metrics.registry.metrics())
+      .split('\n')
+      .filter((l) => l.startsWith('spillway_controller_reporter_cap_clipped_total{'));
+    assert.equal(series.length, 4);
+  });
+
+  it('an unknown tier number on the wire is counted as unspecified (no new label value)', async () => {
+    const { clock, controller } = controllerWith({ maxRps: 200 });
+    const metrics = createMetrics({ component: 'controller', id: 'ctl', processMetrics: false });
+    addControllerMetrics(metrics, controller);
+    call(
+      controller.handleReport,
+      hostReport({
+        id: 'odd',
+        sequence: 1,
+        endMs: clock.nowMs(),
+        tier: 77 as Tier,
+        hostCount: 1,
+        buckets: [{ bucket: 'pay', offered: 5_000 }],
+      }),
+    );
+    controller.tick();
+    assert.equal(await seriesValue(metrics, controllerClipped('unspecified')), 1);
+    assert.doesNotMatch(await metrics.registry.metrics(), /tier="77"/);
+  });
+
+  it('spillway_aggregator_reporter_cap_clipped_total rises when one of its hosts lies', async () => {
+    const clock = new ManualClock(1_700_000_000_000);
+    const parent: ControlClient = {
+      target: 'p',
+      report: async () => ({
+        $typeName: 'spillway.v1.ReportResponse',
+        directives: [],
+        reportIntervalMs: 1000,
+        epoch: 1n,
+        responderId: 'p',
+      }),
+      close() {},
+    };
+    const aggregator = createAggregator({
+      id: 'agg',
+      zone: 'z1',
+      parents: [parent],
+      scheduler: clock,
+      reporterCap: { medianMultiple: 4, floorRps: 50 },
+    });
+    const metrics = createMetrics({ component: 'aggregator', id: 'agg', processMetrics: false });
+    addAggregatorMetrics(metrics, aggregator);
+    const clipped = 'spillway_aggregator_reporter_cap_clipped_total{tier="host"}';
+    aggregator.start();
+    feed(aggregator.handleReport, clock.nowMs(), false);
+    clock.advance(1000);
+    await aggregator.flush();
+    assert.equal(await seriesValue(metrics, clipped), 0);
+    feed(aggregator.handleReport, clock.nowMs());
+    clock.advance(1000);
+    await aggregator.flush();
+    await aggregator.stop();
+    assert.ok((await seriesValue(metrics, clipped))! >= 1);
   });
 });
