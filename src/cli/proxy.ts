@@ -83,8 +83,7 @@ export function run(argv: string[]): Promise<number> {
     let configText = await readRulesText(configPath);
     let rules = parseProxyRules(configText, configPath);
 
-    // The proxy is a data-plane host of the global limiter; 'host' is the closest metrics component.
-    const metrics = createMetrics({ component: 'host', id });
+    const metrics = createMetrics({ component: 'proxy', id });
     const proxyMetrics = createProxyMetrics(metrics.registry);
     const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
     const controlClients =

@@ -9,7 +9,8 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
  * `snapshot()` when Prometheus scrapes, through `addSnapshotMetrics`: nothing is recorded on the
  * request path. Only the report RPCs, about once a second, are observed as they happen.
  */
-export type Component = 'host' | 'aggregator' | 'controller';
+/** `proxy` is `spillway proxy`: a data-plane host too, told apart from `spillway host` and libraries. */
+export type Component = 'host' | 'proxy' | 'aggregator' | 'controller';
 
 /** Outcome of a report sent to a parent tier. */
 export type SentReportResult = 'ok' | 'timeout' | 'unavailable' | 'error';

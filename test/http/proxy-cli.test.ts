@@ -76,6 +76,9 @@ describe('spillway proxy (process)', { timeout: 60_000 }, () => {
     };
     assert.equal(health.ok, true);
     assert.match(health.lastReloadError, /must be one of/);
+    // The proxy names itself in spillway_info: dashboards tell sidecars from `spillway host` processes.
+    const metricsText = await (await fetch(`http://${p.ops}/metrics`)).text();
+    assert.match(metricsText, /^spillway_info\{component="proxy",id="[^"]+"\} 1$/m);
   });
 
   it('on SIGTERM stops accepting, finishes an in-flight slow request, then exits 0', async (t) => {
