@@ -2,7 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createProxyBackend } from '../http/proxy/proxy-backend.js';
-import { createProxyMetrics } from '../http/proxy/proxy-metrics.js';
+import { addProxyKeyMetrics, createProxyMetrics } from '../http/proxy/proxy-metrics.js';
 import { startProxyServer } from '../http/proxy/proxy-server.js';
 import { type ProxyRules, parseProxyRules } from '../http/rules/proxy-rules.js';
 import { instrumentControlClient } from '../ops/instrument-control-client.js';
@@ -94,6 +94,7 @@ export function run(argv: string[]): Promise<number> {
         : [];
     const backend = createProxyBackend(rules.backend, { id, logger, controlClients });
     if (backend.globalLimiter) addLimiterMetrics(metrics, backend.globalLimiter);
+    addProxyKeyMetrics(metrics.registry, () => backend.keyTables());
     let proxy: Awaited<ReturnType<typeof startProxyServer>>;
     try {
       proxy = await startProxyServer({

@@ -11,7 +11,7 @@ export {
 } from './client-address.js';
 export type { EdgeLimiter, EdgeLimiterOptions } from './limiter-adapter.js';
 export { toEdgeLimiter } from './limiter-adapter.js';
-export type { ProxyBackend, ProxyBackendOptions } from './proxy/proxy-backend.js';
+export type { KeyTableStats, ProxyBackend, ProxyBackendOptions } from './proxy/proxy-backend.js';
 export { createProxyBackend } from './proxy/proxy-backend.js';
 export type { ProxyServer, ProxyServerOptions } from './proxy/proxy-server.js';
 export { startProxyServer } from './proxy/proxy-server.js';

@@ -1,8 +1,9 @@
 import { Redis } from 'ioredis';
+import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import type { GlobalLimiter, GlobalLimiterOptions } from '../../global/global-limiter.js';
 import { createGlobalLimiter } from '../../global/global-limiter.js';
 import type { GlobalLimiterLogger } from '../../global/reporter.js';
-import { createKeyedTokenBucket } from '../../local/keyed-token-bucket.js';
+import { createKeyedTokenBucket, type KeyedTokenBucket } from '../../local/keyed-token-bucket.js';
 import { createRedisFixedWindow } from '../../redis/redis-fixed-window.js';
 import type { RedisLimiter } from '../../redis/redis-limiter.js';
 import { ioredisAdapter } from '../../redis/redis-script-client.js';
@@ -22,6 +23,9 @@ import type { BackendConfig, ProxyBucket } from '../rules/proxy-rules.js';
  *   sharing one connection; faults decided by `failPolicy` within `timeoutMs`.
  * - `global`: one GlobalLimiter for all buckets; the rendered key is the GRL bucket key, so the
  *   controller's limits file decides the limit and mode (`limit`/`windowSec` only feed headers).
+ *   A bucket whose key has no placeholder is pinned in the limiter's table when first built, so
+ *   it keeps its entry whatever keys clients send (pins outlive a reload that removes the bucket:
+ *   at most 64 per rules file, an entry each).
  *
  * `limiterFor` returns the same limiter for a bucket whose name, limit, window and cost bound are
  * unchanged, so a reload keeps counts of unchanged buckets; a changed bucket starts fresh.
@@ -37,6 +41,21 @@ export interface ProxyBackend {
   close(): Promise<void>;
   /** Whether `config` can be served by this backend without a restart. */
   accepts(config: BackendConfig): boolean;
+  /**
+   * The key tables this process holds, one per bucket of the `local` backend (empty for `redis`,
+   * whose keys live in Redis, and for `global`, whose one table the limiter's own metrics export).
+   */
+  keyTables(): KeyTableStats[];
+}
+
+/** One local bucket's key table: how full it is and how many live keys it had to drop. */
+export interface KeyTableStats {
+  /** The bucket's name in the rules file. */
+  bucket: string;
+  keys: number;
+  maxKeys: number;
+  /** Live keys evicted because the table was full (cumulative since the bucket's limiter was built). */
+  evictions: number;
 }
 
 export interface ProxyBackendOptions {
@@ -63,24 +82,34 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
   const sameConfig = (other: BackendConfig) => JSON.stringify(other) === JSON.stringify(config);
 
   switch (config.kind) {
-    case 'local':
+    case 'local': {
+      /** The table behind each bucket name's current limiter (replaced with it when the bucket changes). */
+      const tables = new Map<string, KeyedTokenBucket>();
       return {
         kind: 'local',
         globalLimiter: undefined,
         limiterFor: (bucket) =>
-          cached(bucket, () =>
-            toEdgeLimiter(
-              createKeyedTokenBucket({
-                capacity: bucket.config.limit,
-                refillPerSec: bucket.config.limit / bucket.config.windowSec,
-                maxKeys: config.maxKeys,
-              }),
-            ),
-          ),
+          cached(bucket, () => {
+            const table = createKeyedTokenBucket({
+              capacity: bucket.config.limit,
+              refillPerSec: bucket.config.limit / bucket.config.windowSec,
+              maxKeys: config.maxKeys,
+            });
+            tables.set(bucket.config.name, table);
+            return toEdgeLimiter(table);
+          }),
         start: () => {},
         close: async () => {},
         accepts: sameConfig,
+        keyTables: () =>
+          [...tables].map(([bucket, table]) => ({
+            bucket,
+            keys: table.size,
+            maxKeys: table.maxKeys,
+            evictions: table.evictions,
+          })),
       };
+    }
     case 'redis': {
       // Fail fast while disconnected (no offline queue, no retries per command): the limiter's
       // own timeout and fail policy decide, rather than requests piling up behind a dead Redis.
@@ -127,6 +156,7 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
           redis.disconnect();
         },
         accepts: sameConfig,
+        keyTables: () => [],
       };
     }
     case 'global': {
@@ -140,13 +170,34 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
         ...options.global,
       });
       const edge = toEdgeLimiter(limiter);
+      const pinned = new Set<string>();
       return {
         kind: 'global',
         globalLimiter: limiter,
-        limiterFor: () => edge,
+        limiterFor: (bucket) => {
+          // A bucket with a fixed key holds its table entry for good: otherwise a flood of distinct
+          // keys in another bucket fills the table, and a fixed-key bucket first used (or idle for
+          // idleExpiryMs) meanwhile is decided by the never-dropping overflow handle, i.e. unlimited.
+          const key = bucket.key.constant;
+          if (key !== undefined && !pinned.has(key)) {
+            try {
+              limiter.bucket(key);
+              pinned.add(key);
+            } catch (error) {
+              if (!(error instanceof SpillwayError && error.code === ErrorCode.CapacityExceeded)) throw error;
+              // Added by a reload while the table is full: decided by key like any other, until there is room.
+              options.logger?.warn(
+                { bucket: bucket.config.name, key, maxBuckets: limiter.snapshot().maxBuckets },
+                'proxy: the global limiter table is full; this fixed-key bucket is not reserved and may be decided by the overflow handle',
+              );
+            }
+          }
+          return edge;
+        },
         start: () => limiter.start(),
         close: () => limiter.stop({ finalReport: true }),
         accepts: sameConfig,
+        keyTables: () => [],
       };
     }
   }

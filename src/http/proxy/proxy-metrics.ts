@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { KeyTableStats } from './proxy-backend.js';
 
 /**
  * What the proxy counts as it happens (a few increments per request). Bucket labels are rule names
@@ -68,6 +69,55 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     inFlight: (delta) => inFlight.inc(delta),
     reload: (result) => reloads.inc({ result }),
   };
+}
+
+/**
+ * How full each local bucket's key table is, read at scrape time (nothing on the request path):
+ * keys at `maxKeys` with evictions climbing means `backend.maxKeys` is too small for the real key
+ * set, or someone is sending distinct keys (a cardinality attack; memory stays bounded either way).
+ */
+export function addProxyKeyMetrics(registry: Registry, keyTables: () => readonly KeyTableStats[]): void {
+  // One read per scrape, shared by the three metrics (prom-client collects them synchronously).
+  let cached: readonly KeyTableStats[] | undefined;
+  const current = () => {
+    if (!cached) {
+      cached = keyTables();
+      queueMicrotask(() => {
+        cached = undefined;
+      });
+    }
+    return cached;
+  };
+  new Gauge({
+    name: 'spillway_proxy_bucket_keys',
+    help: 'Keys held by a bucket of the local backend (at most backend.maxKeys).',
+    labelNames: ['bucket'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const table of current()) this.set({ bucket: table.bucket }, table.keys);
+    },
+  });
+  new Gauge({
+    name: 'spillway_proxy_bucket_keys_max',
+    help: 'Bound on the keys a bucket of the local backend holds (backend.maxKeys).',
+    labelNames: ['bucket'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const table of current()) this.set({ bucket: table.bucket }, table.maxKeys);
+    },
+  });
+  new Counter({
+    name: 'spillway_proxy_bucket_key_evictions_total',
+    help: 'Live keys a bucket of the local backend dropped because its table was full (their counts were lost).',
+    labelNames: ['bucket'],
+    registers: [registry],
+    collect() {
+      this.reset();
+      for (const table of current()) this.inc({ bucket: table.bucket }, table.evictions);
+    },
+  });
 }
 
 /** For embedding without Prometheus. */

@@ -27,6 +27,8 @@ export interface KeyContext {
 
 export interface KeyTemplate {
   readonly source: string;
+  /** The key every request renders when the template has no placeholder; undefined otherwise. */
+  readonly constant: string | undefined;
   /** Header names (lower case) the template reads. */
   readonly headers: readonly string[];
   render(context: KeyContext): string;
@@ -64,6 +66,7 @@ export function compileKeyTemplate(source: string, paramNames: readonly string[]
   const constant = literal ? parts.join('') : undefined;
   return {
     source,
+    constant,
     headers,
     render(context) {
       if (constant !== undefined) return constant;

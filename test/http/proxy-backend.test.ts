@@ -1,0 +1,121 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
+import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+
+function globalRules(buckets: string): ReturnType<typeof parseProxyRules> {
+  return parseProxyRules(`version: 1
+upstream:
+  url: http://127.0.0.1:1
+backend:
+  kind: global
+  aggregators: [127.0.0.1:2]
+  zone: z1
+buckets:
+${buckets}`);
+}
+
+const FIXED_AND_KEYED = `  - name: login
+    limit: 10
+    windowSec: 1
+    match: { prefix: /login }
+  - name: per-key
+    key: "api:caller={header:x-api-key}"
+    limit: 10
+    windowSec: 1
+`;
+
+describe('proxy backend: global', () => {
+  it('reserves fixed-key buckets, so a flood of distinct keys cannot push them into the overflow handle', async () => {
+    const rules = globalRules(FIXED_AND_KEYED);
+    const backend = createProxyBackend(rules.backend, { id: 'test', global: { maxBuckets: 4 } });
+    try {
+      const login = backend.limiterFor(rules.buckets[0]!);
+      const perKey = backend.limiterFor(rules.buckets[1]!);
+      if (login.kind !== 'sync' || perKey.kind !== 'sync') throw new Error('global limiters are sync');
+      // The flood comes first: `login` sees its first request only once the table is full.
+      for (let i = 0; i < 100; i++) perKey.limit(`api:caller=k${i}`);
+      login.limit('login');
+      const snapshot = backend.globalLimiter!.snapshot();
+      const entry = snapshot.buckets.find((b) => b.key === 'login');
+      assert.ok(entry, 'login holds a table entry');
+      assert.equal(entry.pinned, true);
+      assert.equal(entry.offered, 1, "login's request was counted by its own bucket");
+      assert.equal(snapshot.bucketCount, 4);
+      assert.equal(snapshot.overflowOffered, 100 - 3, 'only attacker keys past the bound overflowed');
+    } finally {
+      await backend.close();
+    }
+  });
+
+  it('a fixed-key bucket added while the table is full is served by key and logged, not refused', async () => {
+    const warnings: string[] = [];
+    const logger = {
+      info: () => {},
+      warn: (_obj: object, msg: string) => warnings.push(msg),
+      error: () => {},
+      debug: () => {},
+    };
+    const first = globalRules(FIXED_AND_KEYED);
+    const backend = createProxyBackend(first.backend, { id: 'test', logger, global: { maxBuckets: 3 } });
+    try {
+      const perKey = backend.limiterFor(first.buckets[1]!);
+      backend.limiterFor(first.buckets[0]!);
+      assert.equal(perKey.kind, 'sync');
+      if (perKey.kind !== 'sync') return;
+      for (let i = 0; i < 10; i++) perKey.limit(`api:caller=k${i}`);
+      const reloaded = globalRules(
+        `${FIXED_AND_KEYED}  - name: signup\n    limit: 5\n    windowSec: 1\n    match: { prefix: /signup }\n`,
+      );
+      const signup = backend.limiterFor(reloaded.buckets[2]!);
+      assert.equal(signup.kind, 'sync');
+      assert.match(warnings.join('\n'), /table is full; this fixed-key bucket is not reserved/);
+      if (signup.kind === 'sync') assert.equal(signup.limit('signup').allowed, true);
+    } finally {
+      await backend.close();
+    }
+  });
+
+  it('a fixed key the limiter refuses is a startup error, not a per-request failure', async () => {
+    const rules = globalRules(
+      `  - name: wide\n    key: "${'é'.repeat(200)}"\n    limit: 1\n    windowSec: 1\n`,
+    );
+    const backend = createProxyBackend(rules.backend, { id: 'test' });
+    try {
+      assert.throws(() => backend.limiterFor(rules.buckets[0]!), { code: 'ERR_SPILLWAY_INVALID_KEY' });
+    } finally {
+      await backend.close();
+    }
+  });
+});
+
+describe('proxy backend: local', () => {
+  it('reports each bucket table: keys held, bound and evictions', async () => {
+    const rules = parseProxyRules(`version: 1
+upstream:
+  url: http://127.0.0.1:1
+backend:
+  kind: local
+  maxKeys: 50
+buckets:
+  - name: fixed
+    limit: 10
+    windowSec: 1
+  - name: per-key
+    key: "api:caller={header:x-api-key}"
+    limit: 10
+    windowSec: 3600
+`);
+    const backend = createProxyBackend(rules.backend, { id: 'test' });
+    const fixed = backend.limiterFor(rules.buckets[0]!);
+    const perKey = backend.limiterFor(rules.buckets[1]!);
+    if (fixed.kind !== 'sync' || perKey.kind !== 'sync') throw new Error('local limiters are sync');
+    fixed.limit('fixed');
+    for (let i = 0; i < 80; i++) perKey.limit(`api:caller=k${i}`);
+    assert.deepEqual(backend.keyTables(), [
+      { bucket: 'fixed', keys: 1, maxKeys: 50, evictions: 0 },
+      { bucket: 'per-key', keys: 50, maxKeys: 50, evictions: 30 },
+    ]);
+    await backend.close();
+  });
+});
