@@ -3,7 +3,8 @@ export { addAggregatorMetrics } from './aggregator-metrics.js';
 export { addControllerMetrics } from './controller-metrics.js';
 export { instrumentControlClient } from './instrument-control-client.js';
 export { instrumentReportHandler } from './instrument-report-handler.js';
-export { addLimiterMetrics } from './limiter-metrics.js';
+export type { LimiterMetricsOptions } from './limiter-metrics.js';
+export { addLimiterMetrics, DEFAULT_MAX_BUCKET_SERIES } from './limiter-metrics.js';
 export type { LoggerOptions, LogLevel } from './logger.js';
 export { createLogger, LOG_LEVELS, logListening, parseLogLevel } from './logger.js';
 export type {
