@@ -29,8 +29,10 @@ import {
   AUTH_TOKEN_FLAGS,
   readAuthToken,
   readServerTls,
+  readZoneTokens,
   TLS_CA_FLAG,
   TLS_SERVER_FLAGS,
+  ZONE_TOKEN_FLAGS,
 } from './transport-security.js';
 
 export const spec: CommandSpec = {
@@ -89,6 +91,7 @@ export const spec: CommandSpec = {
       defaultText: 'info',
     },
     ...AUTH_TOKEN_FLAGS,
+    ...ZONE_TOKEN_FLAGS,
     ...TLS_SERVER_FLAGS,
     ...TLS_CA_FLAG,
     ...REPORTER_CAP_FLAGS,
@@ -98,7 +101,10 @@ export const spec: CommandSpec = {
     'keeps the previous limits in force; the error is logged and counted',
     '(spillway_config_reloads_total{result="error"}).',
     'With --auth-token-file (or SPILLWAY_AUTH_TOKEN) reports without the same token are refused',
-    '(UNAUTHENTICATED). Listening beyond loopback: see docs/security.md.',
+    '(UNAUTHENTICATED). With --zone-token-file z1=path a report carrying that token must claim zone z1',
+    '(else INVALID_ARGUMENT, ERR_SPILLWAY_INVALID_REPORT); give an aggregator of z1 that file as its',
+    '--auth-token-file. Repeat the flag per zone, or within a zone to rotate tokens. The shared token,',
+    'if any, stays valid for any zone. Listening beyond loopback: see docs/security.md.',
     'Dashboard admin actions (flip shadow/enforce, change a limit) are kept in memory on top of the',
     'limits file: they survive reloads of the file and end when cleared or when the controller stops.',
     'Prefer SPILLWAY_ADMIN_TOKEN to --admin-token: command lines are visible to other local users.',
@@ -138,6 +144,7 @@ export function run(argv: string[]): Promise<number> {
     });
 
     const authToken = await readAuthToken(values);
+    const zoneTokens = await readZoneTokens(values, authToken);
     const tls = await readServerTls(values);
     const reporterCap = reporterCapFromFlags(values);
     let configText = await readConfigText(configPath);
@@ -230,6 +237,7 @@ export function run(argv: string[]): Promise<number> {
       port: listen.port,
       handler: instrumentReportHandler(controller.handleReport, metrics),
       authToken,
+      zoneTokens,
       ...(tls ? { tls } : {}),
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
     });
@@ -278,6 +286,7 @@ export function run(argv: string[]): Promise<number> {
       ...(dashboard ? { dashboard: dashboard.url, admin: adminToken !== undefined } : {}),
       config: configPath,
       epoch: controller.epoch,
+      ...(zoneTokens.length > 0 ? { tokenZones: [...new Set(zoneTokens.map((z) => z.zone))] } : {}),
     });
 
     await waitForShutdown(logger, () => reload('SIGHUP'));

@@ -1,7 +1,11 @@
 import { readFile } from 'node:fs/promises';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import type { GrpcClientTlsOptions } from '../transport/grpc-control-client.js';
-import type { GrpcServerTlsOptions } from '../transport/grpc-control-server.js';
+import {
+  type GrpcServerTlsOptions,
+  validateZoneTokens,
+  type ZoneToken,
+} from '../transport/grpc-control-server.js';
 import { type FlagSpec, type FlagValues, stringFlag, usageError } from './command-line.js';
 
 /**
@@ -81,20 +85,65 @@ async function readPem(values: FlagValues, flag: string): Promise<Buffer | undef
 export async function readAuthToken(values: FlagValues): Promise<string | undefined> {
   const path = stringFlag(values, 'auth-token-file');
   if (path === undefined) return process.env.SPILLWAY_AUTH_TOKEN || undefined;
+  return readTokenFile('auth-token-file', path);
+}
+
+/** A receiver's tokens bound to zones (the controller): see ZoneToken in grpc-control-server.ts. */
+export const ZONE_TOKEN_FLAGS: Record<string, FlagSpec> = {
+  'zone-token-file': {
+    type: 'string',
+    multiple: true,
+    valueName: 'zone=path',
+    description:
+      'a token (first line of path) valid only for reports claiming zone; others with it are refused',
+    defaultText: 'none',
+  },
+};
+
+/**
+ * Every --zone-token-file `zone=path` (split at the first `=`), read and checked against each other
+ * and the shared token. An empty list when the flag is absent.
+ */
+export async function readZoneTokens(
+  values: FlagValues,
+  authToken: string | undefined,
+): Promise<ZoneToken[]> {
+  const raw = values['zone-token-file'];
+  const entries = Array.isArray(raw) ? raw : typeof raw === 'string' ? [raw] : [];
+  const zoneTokens: ZoneToken[] = [];
+  for (const entry of entries) {
+    const separator = entry.indexOf('=');
+    const zone = separator < 0 ? '' : entry.slice(0, separator).trim();
+    const path = separator < 0 ? '' : entry.slice(separator + 1).trim();
+    if (zone === '' || path === '') {
+      throw usageError(`--zone-token-file must be zone=path, got '${entry}'`, { flag: 'zone-token-file' });
+    }
+    zoneTokens.push({ zone, token: await readTokenFile('zone-token-file', path) });
+  }
+  try {
+    validateZoneTokens(zoneTokens, authToken);
+  } catch (error) {
+    const message = (error as Error).message.replace(/^zoneTokens: /, '');
+    throw usageError(`--zone-token-file: ${message}`, { flag: 'zone-token-file' });
+  }
+  return zoneTokens;
+}
+
+/** The first line of a token file, trimmed; a missing file or an empty first line is an error. */
+async function readTokenFile(flag: string, path: string): Promise<string> {
   let text: string;
   try {
     text = await readFile(path, 'utf8');
   } catch (error) {
     throw new SpillwayError(
       ErrorCode.InvalidConfig,
-      `--auth-token-file: cannot read ${path}: ${(error as Error).message}`,
-      { flag: 'auth-token-file', file: path },
+      `--${flag}: cannot read ${path}: ${(error as Error).message}`,
+      { flag, file: path },
       { cause: error },
     );
   }
   const token = (text.split(/\r?\n/)[0] ?? '').trim();
-  if (token === '')
-    throw usageError(`--auth-token-file: ${path} holds no token`, { flag: 'auth-token-file' });
+  if (token === '') throw usageError(`--${flag}: ${path} holds no token`, { flag });
   return token;
 }
 

@@ -17,6 +17,7 @@ import { type ControlLogger, silentLogger } from './control-logger.js';
 import { RecentSequences } from './recent-sequences.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
+import { checkTokenZone, reporterKey } from './token-zone.js';
 import { DEFAULT_MAX_WINDOW_MS, type ReportLimits, validateReport } from './validate-report.js';
 
 export interface AggregatorOptions {
@@ -265,9 +266,10 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     }
   }
 
-  function handleReport(request: ReportRequest, _context: ReportContext): ReportResponse {
+  function handleReport(request: ReportRequest, context: ReportContext): ReportResponse {
     try {
       validateReport(request, reportLimits);
+      checkTokenZone(request, context);
     } catch (error) {
       reject(error);
     }
@@ -281,7 +283,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       );
     }
     const nowMs = scheduler.nowMs();
-    let host = hosts.get(request.reporterId);
+    const key = reporterKey(request, context);
+    let host = hosts.get(key);
     if (!host) {
       if (hosts.size >= maxHosts) expire(nowMs);
       if (hosts.size >= maxHosts) {
@@ -301,7 +304,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         sequences: new RecentSequences(),
         usage: [],
       };
-      hosts.set(host.id, host);
+      hosts.set(key, host);
     }
     counters.reports++;
     host.lastSeenMs = nowMs;

@@ -23,6 +23,7 @@ import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-po
 import { RecentSequences } from './recent-sequences.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
+import { checkTokenZone, reporterKey } from './token-zone.js';
 import { type ReportLimits, validateReport } from './validate-report.js';
 
 export interface ControllerOptions {
@@ -335,14 +336,16 @@ export function createController(options: ControllerOptions): Controller {
     throw error;
   }
 
-  function handleReport(request: ReportRequest, _context: ReportContext): ReportResponse {
+  function handleReport(request: ReportRequest, context: ReportContext): ReportResponse {
     try {
       validateReport(request, reportLimits);
+      checkTokenZone(request, context);
     } catch (error) {
       reject(error);
     }
     const nowMs = scheduler.nowMs();
-    let child = children.get(request.reporterId);
+    const key = reporterKey(request, context);
+    let child = children.get(key);
     if (!child) {
       if (children.size >= maxChildren) expireChildren(nowMs);
       if (children.size >= maxChildren) {
@@ -364,7 +367,7 @@ export function createController(options: ControllerOptions): Controller {
         sequences: new RecentSequences(),
         usage: [],
       };
-      children.set(child.id, child);
+      children.set(key, child);
     }
     counters.reports++;
     child.lastSeenMs = nowMs;

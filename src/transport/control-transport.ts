@@ -25,6 +25,13 @@ export type ReportHandler = (
 export interface ReportContext {
   /** The sender's address as the transport sees it. */
   peer: string;
+  /**
+   * Set when the transport authenticated the report with a token bound to a zone (the gRPC server's
+   * `zoneTokens`): the one zone the report may claim. A receiving tier refuses a report claiming
+   * another and keeps reporters of different zone tokens apart; `createController` and
+   * `createAggregator` do both. Absent: unauthenticated, or the tree's shared token (any zone).
+   */
+  tokenZone?: string;
 }
 
 export interface ControlServer {

@@ -8,9 +8,9 @@ import {
   type sendUnaryData,
   status,
 } from '@grpc/grpc-js';
-import { ErrorCode, isSpillwayError } from '../core/errors.js';
+import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
-import type { ControlServer, ReportHandler } from './control-transport.js';
+import type { ControlServer, ReportContext, ReportHandler } from './control-transport.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, formatHostPort, reportServerMethod } from './grpc-control-service.js';
 // The receiving side decodes with the hand-written codec: byte-identical to protobuf-es
 // (property-tested in test/transport/report-codec.test.ts) and about 3x faster, which is what lets
@@ -33,13 +33,27 @@ export interface GrpcControlServerOptions {
   handler: ReportHandler;
   /** Bound on request and response size, default 4 MiB; larger requests get RESOURCE_EXHAUSTED. */
   maxMessageBytes?: number;
-  /** When set, reports whose `auth_token` differs are refused with UNAUTHENTICATED before the handler runs. */
+  /**
+   * The tree's shared token: it authenticates a report for any zone. When this or `zoneTokens` is
+   * set, a report carrying none of the tokens is refused with UNAUTHENTICATED before the handler runs.
+   */
   authToken?: string;
+  /**
+   * Tokens bound to one zone each: a report carrying one reaches the handler with
+   * `context.tokenZone` set, and the handler refuses it unless it claims that zone. A zone may have
+   * several tokens (rotation); a token binds one zone and differs from `authToken`.
+   */
+  zoneTokens?: readonly ZoneToken[];
   tls?: GrpcServerTlsOptions;
   /** How long `close()` waits for in-flight calls before cutting connections, default 2000 ms. */
   shutdownGraceMs?: number;
   /** Called for failures the caller should log: handler errors answered with INTERNAL. */
   onError?: (error: unknown, context: { peer: string }) => void;
+}
+
+export interface ZoneToken {
+  zone: string;
+  token: string;
 }
 
 export interface GrpcControlServer extends ControlServer {
@@ -54,7 +68,7 @@ export interface GrpcControlServer extends ControlServer {
  * Status mapping (the SpillwayError code leads the status message, so logs on both sides match):
  * - undecodable request bytes, or a handler throwing ERR_SPILLWAY_INVALID_REPORT: INVALID_ARGUMENT;
  * - a handler throwing ERR_SPILLWAY_CAPACITY_EXCEEDED: RESOURCE_EXHAUSTED;
- * - a wrong auth token: UNAUTHENTICATED;
+ * - a missing or wrong auth token (neither the shared one nor a zone token): UNAUTHENTICATED;
  * - anything else the handler throws, or a response that cannot be encoded: INTERNAL (and `onError`).
  */
 export async function startGrpcControlServer(options: GrpcControlServerOptions): Promise<GrpcControlServer> {
@@ -62,7 +76,7 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const shutdownGraceMs = options.shutdownGraceMs ?? 2_000;
   const { handler, onError } = options;
-  const expectedToken = options.authToken !== undefined ? Buffer.from(options.authToken) : undefined;
+  const authenticate = createAuthenticator(options.authToken, options.zoneTokens);
 
   const server = new Server({
     'grpc.max_receive_message_length': maxMessageBytes,
@@ -87,13 +101,16 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
       );
       return;
     }
-    if (expectedToken !== undefined && !tokenMatches(expectedToken, request.authToken)) {
+    const authenticated = authenticate(request.authToken);
+    if (authenticated === undefined) {
       callback(statusError(status.UNAUTHENTICATED, 'report refused: missing or wrong auth_token'));
       return;
     }
+    const context: ReportContext =
+      authenticated.zone === undefined ? { peer } : { peer, tokenZone: authenticated.zone };
     // Promise.resolve().then also turns a synchronous throw in the handler into a rejection.
     Promise.resolve()
-      .then(() => handler(request, { peer }))
+      .then(() => handler(request, context))
       .then((response) => {
         const bytes = encodeReportResponse(response);
         return Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
@@ -156,8 +173,75 @@ function serverCredentials(tls: GrpcServerTlsOptions | undefined): ServerCredent
   );
 }
 
-function tokenMatches(expected: Buffer, actual: string): boolean {
-  const given = Buffer.from(actual);
+/**
+ * Checks `zoneTokens` (and that none equals the shared token) and returns them; throws
+ * ERR_SPILLWAY_INVALID_OPTION naming the zone otherwise. Token values never appear in messages.
+ */
+export function validateZoneTokens(
+  zoneTokens: readonly ZoneToken[],
+  authToken?: string,
+): readonly ZoneToken[] {
+  const zoneOf = new Map<string, string>();
+  for (const { zone, token } of zoneTokens) {
+    if (typeof zone !== 'string' || zone === '') {
+      throw new SpillwayError(ErrorCode.InvalidOption, 'zoneTokens: a zone must be a non-empty string', {
+        field: 'zoneTokens',
+      });
+    }
+    if (typeof token !== 'string' || token === '') {
+      throw new SpillwayError(ErrorCode.InvalidOption, `zoneTokens: the token of zone ${zone} is empty`, {
+        field: 'zoneTokens',
+        zone,
+      });
+    }
+    if (token === authToken) {
+      throw new SpillwayError(
+        ErrorCode.InvalidOption,
+        `zoneTokens: the token of zone ${zone} is the shared token, which is valid for any zone`,
+        { field: 'zoneTokens', zone },
+      );
+    }
+    const bound = zoneOf.get(token);
+    if (bound !== undefined && bound !== zone) {
+      throw new SpillwayError(
+        ErrorCode.InvalidOption,
+        `zoneTokens: zones ${bound} and ${zone} have the same token; a token binds one zone`,
+        { field: 'zoneTokens', zone },
+      );
+    }
+    zoneOf.set(token, zone);
+  }
+  return zoneTokens;
+}
+
+/**
+ * Maps a report's token to what it authenticates: `{}` (the shared token, or no token configured at
+ * all), `{ zone }` (a zone token) or undefined (refused). Every configured token is compared, in
+ * constant time per token, whichever matches.
+ */
+function createAuthenticator(
+  authToken: string | undefined,
+  zoneTokens: readonly ZoneToken[] | undefined,
+): (given: string) => { zone?: string } | undefined {
+  const zoned = validateZoneTokens(zoneTokens ?? [], authToken).map(({ zone, token }) => ({
+    zone,
+    token: Buffer.from(token),
+  }));
+  const shared = authToken !== undefined ? Buffer.from(authToken) : undefined;
+  const unbound: { zone?: string } = {};
+  if (shared === undefined && zoned.length === 0) return () => unbound;
+  return (givenText) => {
+    const given = Buffer.from(givenText);
+    let result: { zone?: string } | undefined;
+    if (shared !== undefined && tokenMatches(shared, given)) result = unbound;
+    for (const entry of zoned) {
+      if (tokenMatches(entry.token, given) && result === undefined) result = entry;
+    }
+    return result;
+  };
+}
+
+function tokenMatches(expected: Buffer, given: Buffer): boolean {
   return given.length === expected.length && timingSafeEqual(given, expected);
 }
 

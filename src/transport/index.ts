@@ -7,8 +7,9 @@ export type {
   GrpcControlServer,
   GrpcControlServerOptions,
   GrpcServerTlsOptions,
+  ZoneToken,
 } from './grpc-control-server.js';
-export { startGrpcControlServer } from './grpc-control-server.js';
+export { startGrpcControlServer, validateZoneTokens } from './grpc-control-server.js';
 export { DEFAULT_MAX_MESSAGE_BYTES, REPORT_METHOD_PATH } from './grpc-control-service.js';
 export type { InMemoryNetworkOptions, LinkOptions } from './in-memory-network.js';
 export { InMemoryNetwork } from './in-memory-network.js';
