@@ -1,7 +1,12 @@
-import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import {
+  createServer,
+  type IncomingHttpHeaders,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { type Duplex, Readable } from 'node:stream';
-import { pipeline } from 'node:stream/promises';
 import { type Dispatcher, Pool } from 'undici';
 import type { Decision } from '../../core/decision.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
@@ -106,9 +111,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
   const server: Server = createServer({ keepAlive: true });
   applyServerTimeouts(server, options.rules);
-  server.on('request', (req: IncomingMessage, res: ServerResponse) => void serve(req, res, false));
+  server.on('request', (req: IncomingMessage, res: ServerResponse) => serve(req, res, false));
   // Decide before telling a client to send its body: a rejected upload is never transferred.
-  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => void serve(req, res, true));
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => serve(req, res, true));
   server.on(
     'upgrade',
     (req: IncomingMessage, socket: Duplex, head: Buffer) => void serveUpgrade(req, socket, head),
@@ -119,26 +124,21 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     metrics.inFlight(delta);
   }
 
-  async function serve(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): Promise<void> {
+  function serve(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
     track(1);
-    res.once('close', () => track(-1));
+    let exchange: Exchange | undefined;
+    // The one `close` listener of a request: in-flight count, and a client leaving mid-forward.
+    res.on('close', () => {
+      track(-1);
+      exchange?.clientClosed();
+    });
     const rules = active;
-    try {
-      if (draining) res.setHeader('connection', 'close');
-      const target = requestTarget(req);
-      if (target === undefined || req.method === 'CONNECT') {
-        metrics.request('bad_request');
-        sendJson(res, req.method === 'CONNECT' ? 405 : 400, {
-          error: 'bad_request',
-          message:
-            req.method === 'CONNECT'
-              ? 'CONNECT is not supported by this reverse proxy'
-              : 'the request target must be an origin-form path',
-        });
-        return;
-      }
-      const verdictOrPromise = decide(rules, req);
-      const verdict = verdictOrPromise instanceof Promise ? await verdictOrPromise : verdictOrPromise;
+    const failed = (error: unknown) => {
+      logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: request failed');
+      if (!res.headersSent) sendJson(res, 500, { error: 'internal_error', message: 'the proxy failed' });
+      else res.destroy();
+    };
+    const proceed = (verdict: Verdict) => {
       const limitHeaders = rateLimitHeaders(verdict.visible);
       if (!verdict.allowed) {
         metrics.request('limited');
@@ -159,11 +159,31 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         return;
       }
       if (expectContinue) res.writeContinue();
-      await forward(req, res, rules, target, limitHeaders);
+      exchange = forward(req, res, rules, target!, limitHeaders);
+    };
+    let target: string | undefined;
+    try {
+      if (draining) res.setHeader('connection', 'close');
+      target = requestTarget(req);
+      if (target === undefined || req.method === 'CONNECT') {
+        metrics.request('bad_request');
+        sendJson(res, req.method === 'CONNECT' ? 405 : 400, {
+          error: 'bad_request',
+          message:
+            req.method === 'CONNECT'
+              ? 'CONNECT is not supported by this reverse proxy'
+              : 'the request target must be an origin-form path',
+        });
+        return;
+      }
+      const verdict = decide(rules, req);
+      if (verdict instanceof Promise) {
+        verdict.then(proceed).catch(failed);
+        return;
+      }
+      proceed(verdict);
     } catch (error) {
-      logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: request failed');
-      if (!res.headersSent) sendJson(res, 500, { error: 'internal_error', message: 'the proxy failed' });
-      else res.destroy();
+      failed(error);
     }
   }
 
@@ -240,17 +260,132 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     return { allowed: rejectedBy.length === 0, visible, rejectedBy };
   }
 
-  async function forward(
+  /**
+   * One forwarded request, as the undici dispatch handler of its upstream request: response
+   * headers go out with `writeHead`, each body chunk with `res.write` (the upstream socket is
+   * paused while `res` is over its high-water mark and resumed on `drain`), and the outcome is
+   * counted once. No response stream, promise or AbortController per request: the client leaving
+   * (`clientClosed`, from the one `close` listener of `serve`) aborts through the controller.
+   */
+  class Exchange implements Dispatcher.DispatchHandler {
+    outcome: ProxyOutcome | undefined = undefined;
+    controller: Dispatcher.DispatchController | undefined = undefined;
+    /** The client left before its response was complete. */
+    clientGone = false;
+    /** Upstream response headers arrived (upstreamHeadersSeconds recorded). */
+    headersSeen = false;
+    /** The upstream response ended (`res.end()` called). */
+    upstreamEnded = false;
+    readonly startedMs = performance.now();
+
+    constructor(
+      readonly req: IncomingMessage,
+      readonly res: ServerResponse,
+      readonly limitHeaders: Record<string, string>,
+      readonly body: Readable | null,
+    ) {}
+
+    settle(outcome: ProxyOutcome): void {
+      if (this.outcome !== undefined) return;
+      this.outcome = outcome;
+      metrics.request(outcome);
+    }
+
+    /** `res` closed: the response is complete, or the client went away (abort upstream). */
+    clientClosed(): void {
+      if (this.outcome !== undefined) return;
+      if (this.res.writableFinished) {
+        this.settle('forwarded');
+        return;
+      }
+      this.clientGone = true;
+      // Not yet on a connection (queued in the pool): aborted in onRequestStart when it gets one.
+      if (!this.upstreamEnded) this.controller?.abort(new ClientGoneError());
+      this.settle('client_abort');
+    }
+
+    onRequestStart(controller: Dispatcher.DispatchController): void {
+      this.controller = controller;
+      if (this.clientGone) controller.abort(new ClientGoneError());
+    }
+
+    onResponseStart(
+      controller: Dispatcher.DispatchController,
+      statusCode: number,
+      headers: IncomingHttpHeaders,
+    ): void {
+      // 1xx informational responses are not relayed (Node answers the client's 100-continue itself).
+      if (statusCode < 200) return;
+      this.headersSeen = true;
+      metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
+      const res = this.res;
+      const responseHeaders = clientResponseHeaders(headers);
+      const limitHeaders = this.limitHeaders;
+      if (limitHeaders['RateLimit-Policy'] !== undefined) {
+        const merged = mergeRateLimitFields(
+          { policy: limitHeaders['RateLimit-Policy'], limit: limitHeaders.RateLimit },
+          { policy: responseHeaders['ratelimit-policy'], limit: responseHeaders.ratelimit },
+        );
+        delete responseHeaders['ratelimit-policy'];
+        delete responseHeaders.ratelimit;
+        if (merged.policy !== undefined) responseHeaders['RateLimit-Policy'] = merged.policy;
+        if (merged.limit !== undefined) responseHeaders.RateLimit = merged.limit;
+      }
+      try {
+        res.writeHead(statusCode, responseHeaders);
+      } catch (error) {
+        // An upstream header Node refuses to send (invalid characters): a broken upstream reply.
+        this.settle('upstream_error');
+        controller.abort(error as Error);
+        sendJson(res, 502, {
+          error: 'upstream_error',
+          message: `invalid upstream response: ${(error as Error).message}`,
+        });
+      }
+    }
+
+    onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
+      if (this.outcome !== undefined) return;
+      if (!this.res.write(chunk)) {
+        controller.pause();
+        this.res.once('drain', () => controller.resume());
+      }
+    }
+
+    onResponseEnd(): void {
+      this.upstreamEnded = true;
+      if (this.outcome === undefined) this.res.end();
+    }
+
+    onResponseError(_controller: Dispatcher.DispatchController | undefined, error: Error): void {
+      if (this.body !== null && !this.body.destroyed) this.body.destroy();
+      if (!this.headersSeen) metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
+      if (this.outcome !== undefined) return;
+      const res = this.res;
+      if (this.clientGone || res.destroyed || this.req.destroyed) {
+        this.settle('client_abort');
+        return;
+      }
+      if (res.headersSent) {
+        // The upstream body failed mid-way: the client sees a cut response.
+        this.settle('upstream_error');
+        res.destroy();
+        return;
+      }
+      const failure = describeUpstreamFailure(error, upstream);
+      this.settle(failure.outcome);
+      res.setHeader('connection', 'close');
+      sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, this.limitHeaders);
+    }
+  }
+
+  function forward(
     req: IncomingMessage,
     res: ServerResponse,
     rules: ActiveRules,
     target: string,
     limitHeaders: Record<string, string>,
-  ): Promise<void> {
-    const abort = new AbortController();
-    res.once('close', () => {
-      if (!res.writableFinished) abort.abort();
-    });
+  ): Exchange {
     const peer = req.socket.remoteAddress;
     const headers = upstreamRequestHeaders(req.headers, {
       peerAddress: peer,
@@ -258,70 +393,24 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       protocol: 'http',
       preserveHost: upstream.preserveHost,
     });
-    const startedNs = process.hrtime.bigint();
-    let response: Awaited<ReturnType<Pool['request']>>;
-    try {
-      response = await pool.request({
+    // Through an iterator that does not destroy `req` when undici stops reading, so a failed
+    // upstream still leaves the client connection able to carry the 502.
+    const body = hasBody(req)
+      ? Readable.from(req.iterator({ destroyOnReturn: false }), { objectMode: false })
+      : null;
+    const exchange = new Exchange(req, res, limitHeaders, body);
+    pool.dispatch(
+      {
         path: target,
         method: req.method as Dispatcher.HttpMethod,
         headers,
-        // Through an iterator that does not destroy `req` when undici stops reading, so a failed
-        // upstream still leaves the client connection able to carry the 502.
-        body: hasBody(req)
-          ? Readable.from(req.iterator({ destroyOnReturn: false }), { objectMode: false })
-          : null,
-        signal: abort.signal,
+        body,
         headersTimeout: upstream.headersTimeoutMs,
         bodyTimeout: upstream.bodyTimeoutMs,
-      });
-    } catch (error) {
-      metrics.upstreamHeadersSeconds(secondsSince(startedNs));
-      if (abort.signal.aborted || res.destroyed || req.destroyed) {
-        metrics.request('client_abort');
-        return;
-      }
-      const failure = describeUpstreamFailure(error, upstream);
-      metrics.request(failure.outcome);
-      if (!res.headersSent) {
-        res.setHeader('connection', 'close');
-        sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, limitHeaders);
-      }
-      return;
-    }
-    metrics.upstreamHeadersSeconds(secondsSince(startedNs));
-    const responseHeaders = clientResponseHeaders(response.headers);
-    if (limitHeaders['RateLimit-Policy'] !== undefined) {
-      const merged = mergeRateLimitFields(
-        { policy: limitHeaders['RateLimit-Policy'], limit: limitHeaders.RateLimit },
-        { policy: responseHeaders['ratelimit-policy'], limit: responseHeaders.ratelimit },
-      );
-      delete responseHeaders['ratelimit-policy'];
-      delete responseHeaders.ratelimit;
-      if (merged.policy !== undefined) responseHeaders['RateLimit-Policy'] = merged.policy;
-      if (merged.limit !== undefined) responseHeaders.RateLimit = merged.limit;
-    }
-    try {
-      res.writeHead(response.statusCode, responseHeaders);
-    } catch (error) {
-      // An upstream header Node refuses to send (invalid characters): a broken upstream reply.
-      response.body.destroy();
-      metrics.request('upstream_error');
-      sendJson(res, 502, {
-        error: 'upstream_error',
-        message: `invalid upstream response: ${(error as Error).message}`,
-      });
-      return;
-    }
-    try {
-      await pipeline(response.body, res);
-      metrics.request('forwarded');
-    } catch {
-      // The client left (pipeline destroyed the upstream body, which aborts that request) or the
-      // upstream body failed mid-way (pipeline destroyed `res`, so the client sees a cut response).
-      metrics.request(
-        res.writableFinished ? 'forwarded' : abort.signal.aborted ? 'client_abort' : 'upstream_error',
-      );
-    }
+      },
+      exchange,
+    );
+    return exchange;
   }
 
   async function serveUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
@@ -527,8 +616,12 @@ function headerValue(req: IncomingMessage, name: string): string | undefined {
   return Array.isArray(value) ? value.join(', ') : value;
 }
 
-function secondsSince(startedNs: bigint): number {
-  return Number(process.hrtime.bigint() - startedNs) / 1e9;
+/** The reason an upstream request is aborted with when its client went away. */
+class ClientGoneError extends Error {
+  readonly code = 'SPILLWAY_CLIENT_GONE';
+  constructor() {
+    super('the client closed the connection before its response was complete');
+  }
 }
 
 function sendJson(
