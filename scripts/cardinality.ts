@@ -132,7 +132,7 @@ function renderMarkdown(runs: Run[], header: Record<string, string>, passed: boo
     '',
     `Each run: a real upstream (node:http), a real \`spillway proxy\` process (for the global backend also a controller and a zone aggregator process, 1 s interval), and ${KEYS.toLocaleString('en-US')} requests from a separate attacker process over ${CONNECTIONS} keep-alive connections, each request with a distinct ${runs[0]?.options.keyLength}-character \`x-api-key\` (the longest a key template keeps verbatim) to a bucket keyed \`api:caller={header:x-api-key}\`. ` +
       'Meanwhile paced clients: `victim`, a fixed-key bucket (limit 50 rps) offered 100 rps throughout; `late`, a second fixed-key bucket (same limit, same offer) first used only once the attacker has filled the tables; and two keys of the attacked bucket, one well-behaved (under its limit) and one greedy (over it, its allowance spent before the attack). ' +
-      "The proxy's RSS is read from /proc every second, its /metrics every 2 s; the live heap is read after two forced full collections (test/security/gc-on-signal.mjs) just before the attack and after it.",
+      "The proxy's RSS is read from /proc every second, its /metrics every 2 s; the live heap is read after two forced full collections (test/security/gc-on-signal.mjs) just before the attack, as it ends (tables full) and after the settle period (by then the global limiter may have expired the attacker's idle buckets).",
     '',
     '## Memory and throughput',
     '',
@@ -159,10 +159,10 @@ function renderMarkdown(runs: Run[], header: Record<string, string>, passed: boo
     const m = r.result.memory;
     return `${mb(m.rssBeforeMb)} → ${mb(m.rssPeakMb)} → ${mb(m.rssAfterMb)} MB`;
   });
-  row('proxy live heap before → after', (r) => {
+  row('proxy live heap before → end of attack → settled', (r) => {
     const m = r.result.memory;
-    const growth = m.heapLiveAfterMb - m.heapLiveBeforeMb;
-    return `${mb(m.heapLiveBeforeMb)} → ${mb(m.heapLiveAfterMb)} MB (${growth >= 0 ? '+' : ''}${mb(growth)})`;
+    const growth = m.heapLiveEndMb - m.heapLiveBeforeMb;
+    return `${mb(m.heapLiveBeforeMb)} → ${mb(m.heapLiveEndMb)} (${growth >= 0 ? '+' : ''}${mb(growth)}) → ${mb(m.heapLiveAfterMb)} MB`;
   });
   row('proxy heap used, peak sample', (r) => `${mb(r.result.memory.heapPeakMb)} MB`);
   row('keys held, peak', (r) =>
@@ -170,6 +170,12 @@ function renderMarkdown(runs: Run[], header: Record<string, string>, passed: boo
       .map(([bucket, n]) => `${bucket}: ${n.toLocaleString('en-US')}`)
       .join(', '),
   );
+  row('keys held after settling', (r) => {
+    const last = r.result.samples.findLast((s) => s.keys !== undefined)?.keys ?? {};
+    return Object.entries(last)
+      .map(([bucket, n]) => `${bucket}: ${n.toLocaleString('en-US')}`)
+      .join(', ');
+  });
   row('keys evicted / decided by overflow', (r) => {
     const c = r.result.proxyCounters;
     return r.options.backend === 'local'
@@ -177,13 +183,13 @@ function renderMarkdown(runs: Run[], header: Record<string, string>, passed: boo
       : `${(c.spillway_overflow_offered_total ?? 0).toLocaleString('en-US')} requests by the overflow handle`;
   });
   row('proxy /metrics, largest scrape', (r) => `${(r.result.memory.metricsBytesPeak / 1024).toFixed(0)} KiB`);
-  row('control plane RSS peak, live heap before → after, /metrics', (r) =>
+  row('control plane: RSS peak; live heap before → end → settled; /metrics', (r) =>
     r.options.backend === 'local'
       ? '—'
       : Object.entries(r.result.memory.controlLiveHeapMb)
           .map(
             ([name, h]) =>
-              `${name}: ${mb(r.result.memory.controlRssPeakMb[name] ?? Number.NaN)} MB, ${mb(h.before)} → ${mb(h.after)} MB, ${((r.result.memory.controlMetrics[name]?.bytes ?? 0) / 1024).toFixed(0)} KiB`,
+              `${name}: ${mb(r.result.memory.controlRssPeakMb[name] ?? Number.NaN)} MB; ${mb(h.before)} → ${mb(h.end)} → ${mb(h.after)} MB; ${((r.result.memory.controlMetrics[name]?.bytes ?? 0) / 1024).toFixed(0)} KiB`,
           )
           .join('; '),
   );

@@ -122,13 +122,17 @@ export interface AttackResult {
     rssBeforeMb: number;
     rssPeakMb: number;
     rssAfterMb: number;
-    /** Heap used right after two full collections, just before the attack and after it (settled). */
+    /**
+     * Heap used right after two full collections: just before the attack, as it ends (tables
+     * full), and after the settle period (the global limiter's idle buckets may have expired).
+     */
     heapLiveBeforeMb: number;
+    heapLiveEndMb: number;
     heapLiveAfterMb: number;
     /** Highest heap-used reading while sampling (garbage included: what the process must have room for). */
     heapPeakMb: number;
-    /** Live heap of the control-plane processes (global backend), before → after. */
-    controlLiveHeapMb: Record<string, { before: number; after: number }>;
+    /** Live heap of the control-plane processes (global backend), as for the proxy. */
+    controlLiveHeapMb: Record<string, { before: number; end: number; after: number }>;
     keysPeak: Record<string, number>;
     metricsBytesPeak: number;
     controlRssPeakMb: Record<string, number>;
@@ -477,6 +481,7 @@ export async function runAttack(target: AttackTarget, options: AttackOptions): P
   let cpuAfter = cpuBefore;
   let lateStartedAtSent = 0;
   const liveBefore: Record<string, number> = {};
+  const liveEnd: Record<string, number> = {};
   const liveAfter: Record<string, number> = {};
   const controlMetrics: Record<string, { bytes: number; ms: number }> = {};
   try {
@@ -530,6 +535,7 @@ export async function runAttack(target: AttackTarget, options: AttackOptions): P
     attackEndMs = performance.now();
     cpuAfter = cpuSeconds(pid);
     if (!late.startedAtMs) late.start();
+    for (const p of [target.proxy, ...target.control]) liveEnd[p.name] = await liveHeapMb(p);
     phase = 'after';
     await sleep(options.settleMs);
     lastScrapeMs = Number.NEGATIVE_INFINITY;
@@ -605,12 +611,17 @@ export async function runAttack(target: AttackTarget, options: AttackOptions): P
       rssPeakMb: Math.max(...samples.map((s) => s.rssMb)),
       rssAfterMb: afterSamples.at(-1)?.rssMb ?? Number.NaN,
       heapLiveBeforeMb: liveBefore[target.proxy.name] ?? Number.NaN,
+      heapLiveEndMb: liveEnd[target.proxy.name] ?? Number.NaN,
       heapLiveAfterMb: liveAfter[target.proxy.name] ?? Number.NaN,
       heapPeakMb: Math.max(...heap(samples)),
       controlLiveHeapMb: Object.fromEntries(
         target.control.map((p) => [
           p.name,
-          { before: liveBefore[p.name] ?? Number.NaN, after: liveAfter[p.name] ?? Number.NaN },
+          {
+            before: liveBefore[p.name] ?? Number.NaN,
+            end: liveEnd[p.name] ?? Number.NaN,
+            after: liveAfter[p.name] ?? Number.NaN,
+          },
         ]),
       ),
       keysPeak,
@@ -663,16 +674,18 @@ export function checkAttack(
     peak === bound,
     `${tableName}: peak ${peak} keys, bound ${bound}`,
   );
-  const growth = result.memory.heapLiveAfterMb - result.memory.heapLiveBeforeMb;
+  const m = result.memory;
+  const growth = Math.max(m.heapLiveEndMb, m.heapLiveAfterMb) - m.heapLiveBeforeMb;
   check(
     `live heap grew by at most ${heapGrowthBoundMb} MB`,
     growth <= heapGrowthBoundMb,
-    `${result.memory.heapLiveBeforeMb.toFixed(1)} → ${result.memory.heapLiveAfterMb.toFixed(1)} MB (${growth >= 0 ? '+' : ''}${growth.toFixed(1)})`,
+    `${m.heapLiveBeforeMb.toFixed(1)} before → ${m.heapLiveEndMb.toFixed(1)} at the end of the attack → ${m.heapLiveAfterMb.toFixed(1)} MB settled (at most ${growth >= 0 ? '+' : ''}${growth.toFixed(1)})`,
   );
 
   // The local token bucket is exact; the global loop converges within a few intervals and then
-  // holds the admitted rate near the limit (test/http/proxy-global.test.ts allows 0.4–1.6).
-  const [low, high] = options.backend === 'local' ? [0.9, 1.1] : [0.6, 1.4];
+  // holds the admitted rate near the limit (test/http/proxy-global.test.ts allows 0.4–1.6; the
+  // pin and series-cap regressions measured 2.0 and 1.8 times the limit).
+  const [low, high] = options.backend === 'local' ? [0.9, 1.1] : [0.5, 1.5];
   const perKeyRps = options.perKeyLimit / options.perKeyWindowSec;
   for (const client of result.clients) {
     const windows = (

@@ -48,7 +48,7 @@ describe('cardinality attack through spillway proxy', { timeout: 180_000 }, () =
       const m = result.memory;
       t.diagnostic(
         `${result.requestsPerSecond.toFixed(0)} req/s; RSS ${m.rssBeforeMb.toFixed(0)} → peak ${m.rssPeakMb.toFixed(0)} MB; ` +
-          `live heap ${m.heapLiveBeforeMb.toFixed(1)} → ${m.heapLiveAfterMb.toFixed(1)} MB; keys ${JSON.stringify(m.keysPeak)}; ` +
+          `live heap ${m.heapLiveBeforeMb.toFixed(1)} → ${m.heapLiveEndMb.toFixed(1)} → ${m.heapLiveAfterMb.toFixed(1)} MB; keys ${JSON.stringify(m.keysPeak)}; ` +
           `/metrics peak ${(m.metricsBytesPeak / 1024).toFixed(0)} KiB`,
       );
       const checks = checkAttack(result, options, { heapGrowthBoundMb: run.heapGrowthBoundMb });
