@@ -3,9 +3,9 @@
 // a V8 CPU profile of the proxy summarized by self time per function. A working tool for
 // optimizing the forwarding path; bench/edge.bench.ts is the reference benchmark.
 //
-//   node --import tsx scripts/profile-proxy.ts [--cases bare,local,global] [--rate 1000]
+//   node --import tsx scripts/profile-proxy.ts [--cases upstream,bare,local,global] [--rate 1000]
 //        [--duration 10] [--max-duration 5] [--warmup 3] [--connections 50] [--rounds 1]
-//        [--cpu-prof DIR] [--top 40]
+//        [--baseline DIR] [--cpu-prof DIR] [--top 40]
 //   node --import tsx scripts/profile-proxy.ts summarize FILE.cpuprofile [--top 40]
 //
 // Every process is separate: upstream (node:http, 200 "ok"), the proxy (the CLI, from source),
@@ -356,7 +356,12 @@ async function main(argv: string[]): Promise<void> {
         });
       }
     }
-    for (const target of targets) await load(target.url, connections, warmupSec, 0);
+    // Warm up at full speed, then at the fixed rate (the first fixed-rate run after a full-speed
+    // one still pays for optimizing code paths that only a slower rate exercises).
+    for (const target of targets) {
+      await load(target.url, connections, warmupSec, 0);
+      await load(target.url, connections, warmupSec, rate);
+    }
     for (let round = 0; round < rounds; round++) {
       for (const target of targets) {
         const fixed = await measure(target.pid, target.url, connections, durationSec, rate);

@@ -17,13 +17,16 @@ const HOP_BY_HOP = new Set([
   'upgrade',
 ]);
 
-/** Fields named by `Connection` (lower case), e.g. `Connection: close, X-Internal` → `x-internal`. */
+/**
+ * Fields named by `Connection` (lower case), e.g. `Connection: close, X-Internal` → `x-internal`;
+ * undefined when there is no `Connection` field (most requests and responses on keep-alive).
+ */
 function connectionNamed(
   headers: IncomingHttpHeaders | Record<string, string | string[] | undefined>,
-): Set<string> {
+): Set<string> | undefined {
   const value = headers.connection;
+  if (value === undefined) return undefined;
   const named = new Set<string>();
-  if (value === undefined) return named;
   for (const token of (Array.isArray(value) ? value.join(',') : value).split(',')) {
     const name = token.trim().toLowerCase();
     if (name !== '') named.add(name);
@@ -57,8 +60,10 @@ export function upstreamRequestHeaders(
 ): Record<string, string | string[]> {
   const named = connectionNamed(headers);
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || named.has(name)) continue;
+  // Own fields only (never anything inherited), without an [name, value] array per field.
+  for (const name of Object.keys(headers)) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
     if (name === 'expect' || name === 'host') continue;
     if (name === 'x-forwarded-for' || name === 'x-forwarded-proto' || name === 'x-forwarded-host') continue;
     out[name] = value;
@@ -81,8 +86,9 @@ export function clientResponseHeaders(
 ): Record<string, string | string[]> {
   const named = connectionNamed(headers);
   const out: Record<string, string | string[]> = {};
-  for (const [name, value] of Object.entries(headers)) {
-    if (value === undefined || HOP_BY_HOP.has(name) || named.has(name)) continue;
+  for (const name of Object.keys(headers)) {
+    const value = headers[name];
+    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
     out[name] = value;
   }
   return out;

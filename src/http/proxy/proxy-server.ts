@@ -12,7 +12,7 @@ import type { Decision } from '../../core/decision.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
 import type { EdgeLimiter } from '../limiter-adapter.js';
 import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';
-import { type MatchedBucket, matchBuckets } from '../rules/match-buckets.js';
+import { type MatchedBucket, matchBuckets, type RequestFacts } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { normalizeRequestPath } from '../rules/route-pattern.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
@@ -84,6 +84,45 @@ interface Verdict {
 
 const LOG_INTERVAL_MS = 10_000;
 
+/** Shared, never mutated: most requests match no bucket or carry no RateLimit fields. */
+const NO_HEADERS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+const ALLOW_UNLIMITED: Verdict = Object.freeze({ allowed: true, visible: [], rejectedBy: [] });
+
+/**
+ * What bucket matching reads from a request, each computed on first use: a rule set whose keys
+ * and matches need neither the normalized path nor the client address never computes them.
+ */
+class LazyRequestFacts implements RequestFacts {
+  readonly method: string;
+  private normalizedPath: string | undefined = undefined;
+  private clientKey: string | undefined = undefined;
+  /** Called detached (`context.header(name)` in key templates), so it does not read `this`. */
+  readonly header: (name: string) => string | undefined;
+
+  constructor(
+    private readonly req: IncomingMessage,
+    private readonly resolveClient: ActiveRules['resolveClient'],
+  ) {
+    this.method = req.method ?? 'GET';
+    this.header = (name) => headerValue(req, name);
+  }
+
+  get path(): string {
+    if (this.normalizedPath === undefined) this.normalizedPath = normalizeRequestPath(this.req.url);
+    return this.normalizedPath;
+  }
+
+  get client(): string {
+    if (this.clientKey === undefined) {
+      this.clientKey = this.resolveClient(
+        this.req.socket.remoteAddress ?? '',
+        this.req.headers['x-forwarded-for'],
+      );
+    }
+    return this.clientKey;
+  }
+}
+
 /**
  * The sidecar reverse proxy: each request is decided against every matching bucket BEFORE it is
  * forwarded; allowed requests stream to the upstream through a pooled undici client and the
@@ -126,45 +165,12 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
   function serve(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
     track(1);
-    let exchange: Exchange | undefined;
+    const exchange = new Exchange(req, res, active, expectContinue);
     // The one `close` listener of a request: in-flight count, and a client leaving mid-forward.
-    res.on('close', () => {
-      track(-1);
-      exchange?.clientClosed();
-    });
-    const rules = active;
-    const failed = (error: unknown) => {
-      logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: request failed');
-      if (!res.headersSent) sendJson(res, 500, { error: 'internal_error', message: 'the proxy failed' });
-      else res.destroy();
-    };
-    const proceed = (verdict: Verdict) => {
-      const limitHeaders = rateLimitHeaders(verdict.visible);
-      if (!verdict.allowed) {
-        metrics.request('limited');
-        // A body we will not read: close the connection instead of draining megabytes.
-        if (hasBody(req) && !expectContinue) res.setHeader('connection', 'close');
-        const retryAfter = limitHeaders['Retry-After'] ?? '1';
-        sendJson(
-          res,
-          429,
-          {
-            error: 'rate_limited',
-            message: `rate limit exceeded: ${verdict.rejectedBy.join(', ')}`,
-            policies: verdict.rejectedBy,
-            retryAfterSeconds: Number(retryAfter),
-          },
-          limitHeaders,
-        );
-        return;
-      }
-      if (expectContinue) res.writeContinue();
-      exchange = forward(req, res, rules, target!, limitHeaders);
-    };
-    let target: string | undefined;
+    res.on('close', () => exchange.closed());
     try {
       if (draining) res.setHeader('connection', 'close');
-      target = requestTarget(req);
+      const target = requestTarget(req);
       if (target === undefined || req.method === 'CONNECT') {
         metrics.request('bad_request');
         sendJson(res, req.method === 'CONNECT' ? 405 : 400, {
@@ -176,26 +182,22 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         });
         return;
       }
-      const verdict = decide(rules, req);
+      exchange.target = target;
+      const verdict = decide(exchange.rules, req);
       if (verdict instanceof Promise) {
-        verdict.then(proceed).catch(failed);
+        verdict.then((decided) => exchange.proceed(decided)).catch((error) => exchange.failed(error));
         return;
       }
-      proceed(verdict);
+      exchange.proceed(verdict);
     } catch (error) {
-      failed(error);
+      exchange.failed(error);
     }
   }
 
   function decide(rules: ActiveRules, req: IncomingMessage): Verdict | Promise<Verdict> {
-    const peer = req.socket.remoteAddress ?? '';
-    const matched = matchBuckets(rules.rules.buckets, {
-      method: req.method ?? 'GET',
-      path: normalizeRequestPath(req.url),
-      client: rules.resolveClient(peer, req.headers['x-forwarded-for']),
-      header: (name) => headerValue(req, name),
-    });
-    if (matched.length === 0) return { allowed: true, visible: [], rejectedBy: [] };
+    if (rules.rules.buckets.length === 0) return ALLOW_UNLIMITED;
+    const matched = matchBuckets(rules.rules.buckets, new LazyRequestFacts(req, rules.resolveClient));
+    if (matched.length === 0) return ALLOW_UNLIMITED;
     const outcomes: (BucketOutcome | Promise<BucketOutcome>)[] = [];
     let pending = false;
     for (const match of matched) {
@@ -261,13 +263,18 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   }
 
   /**
-   * One forwarded request, as the undici dispatch handler of its upstream request: response
-   * headers go out with `writeHead`, each body chunk with `res.write` (the upstream socket is
-   * paused while `res` is over its high-water mark and resumed on `drain`), and the outcome is
-   * counted once. No response stream, promise or AbortController per request: the client leaving
-   * (`clientClosed`, from the one `close` listener of `serve`) aborts through the controller.
+   * One request, from its arrival to its `close`. When it is forwarded, this is also the undici
+   * dispatch handler of its upstream request: response headers go out with `writeHead`, each
+   * body chunk with `res.write` (the upstream socket paused while `res` is over its high-water
+   * mark, resumed on `drain`), and the outcome is counted once. No response stream, promise or
+   * AbortController per request: the client leaving (`closed`) aborts through the controller.
    */
   class Exchange implements Dispatcher.DispatchHandler {
+    target = '';
+    limitHeaders: Record<string, string> = NO_HEADERS;
+    body: Readable | null = null;
+    /** Set once forwarded: the outcome counted for it (at most once). */
+    forwarded = false;
     outcome: ProxyOutcome | undefined = undefined;
     controller: Dispatcher.DispatchController | undefined = undefined;
     /** The client left before its response was complete. */
@@ -276,14 +283,79 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     headersSeen = false;
     /** The upstream response ended (`res.end()` called). */
     upstreamEnded = false;
-    readonly startedMs = performance.now();
+    startedMs = 0;
 
     constructor(
       readonly req: IncomingMessage,
       readonly res: ServerResponse,
-      readonly limitHeaders: Record<string, string>,
-      readonly body: Readable | null,
+      readonly rules: ActiveRules,
+      readonly expectContinue: boolean,
     ) {}
+
+    /** The verdict is in: answer 429, or forward. */
+    proceed(verdict: Verdict): void {
+      const { req, res } = this;
+      const limitHeaders = verdict.visible.length === 0 ? NO_HEADERS : rateLimitHeaders(verdict.visible);
+      if (!verdict.allowed) {
+        metrics.request('limited');
+        // A body we will not read: close the connection instead of draining megabytes.
+        if (hasBody(req) && !this.expectContinue) res.setHeader('connection', 'close');
+        const retryAfter = limitHeaders['Retry-After'] ?? '1';
+        sendJson(
+          res,
+          429,
+          {
+            error: 'rate_limited',
+            message: `rate limit exceeded: ${verdict.rejectedBy.join(', ')}`,
+            policies: verdict.rejectedBy,
+            retryAfterSeconds: Number(retryAfter),
+          },
+          limitHeaders,
+        );
+        return;
+      }
+      if (this.expectContinue) res.writeContinue();
+      this.forward(limitHeaders);
+    }
+
+    forward(limitHeaders: Record<string, string>): void {
+      const { req, rules } = this;
+      const peer = req.socket.remoteAddress;
+      const headers = upstreamRequestHeaders(req.headers, {
+        peerAddress: peer,
+        peerTrusted: peer !== undefined && rules.isTrustedPeer(peer),
+        protocol: 'http',
+        preserveHost: upstream.preserveHost,
+      });
+      // Through an iterator that does not destroy `req` when undici stops reading, so a failed
+      // upstream still leaves the client connection able to carry the 502.
+      const body = hasBody(req)
+        ? Readable.from(req.iterator({ destroyOnReturn: false }), { objectMode: false })
+        : null;
+      this.limitHeaders = limitHeaders;
+      this.body = body;
+      this.forwarded = true;
+      this.startedMs = performance.now();
+      pool.dispatch(
+        {
+          path: this.target,
+          method: req.method as Dispatcher.HttpMethod,
+          headers,
+          body,
+          headersTimeout: upstream.headersTimeoutMs,
+          bodyTimeout: upstream.bodyTimeoutMs,
+        },
+        this,
+      );
+    }
+
+    /** Deciding or forwarding threw: a 500, or a cut response once headers are out. */
+    failed(error: unknown): void {
+      logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: request failed');
+      if (!this.res.headersSent)
+        sendJson(this.res, 500, { error: 'internal_error', message: 'the proxy failed' });
+      else this.res.destroy();
+    }
 
     settle(outcome: ProxyOutcome): void {
       if (this.outcome !== undefined) return;
@@ -292,8 +364,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     /** `res` closed: the response is complete, or the client went away (abort upstream). */
-    clientClosed(): void {
-      if (this.outcome !== undefined) return;
+    closed(): void {
+      track(-1);
+      if (!this.forwarded || this.outcome !== undefined) return;
       if (this.res.writableFinished) {
         this.settle('forwarded');
         return;
@@ -377,40 +450,6 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       res.setHeader('connection', 'close');
       sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, this.limitHeaders);
     }
-  }
-
-  function forward(
-    req: IncomingMessage,
-    res: ServerResponse,
-    rules: ActiveRules,
-    target: string,
-    limitHeaders: Record<string, string>,
-  ): Exchange {
-    const peer = req.socket.remoteAddress;
-    const headers = upstreamRequestHeaders(req.headers, {
-      peerAddress: peer,
-      peerTrusted: peer !== undefined && rules.isTrustedPeer(peer),
-      protocol: 'http',
-      preserveHost: upstream.preserveHost,
-    });
-    // Through an iterator that does not destroy `req` when undici stops reading, so a failed
-    // upstream still leaves the client connection able to carry the 502.
-    const body = hasBody(req)
-      ? Readable.from(req.iterator({ destroyOnReturn: false }), { objectMode: false })
-      : null;
-    const exchange = new Exchange(req, res, limitHeaders, body);
-    pool.dispatch(
-      {
-        path: target,
-        method: req.method as Dispatcher.HttpMethod,
-        headers,
-        body,
-        headersTimeout: upstream.headersTimeoutMs,
-        bodyTimeout: upstream.bodyTimeoutMs,
-      },
-      exchange,
-    );
-    return exchange;
   }
 
   async function serveUpgrade(req: IncomingMessage, socket: Duplex, head: Buffer): Promise<void> {
