@@ -11,6 +11,9 @@ export interface RequestFacts {
   header(name: string): string | undefined;
 }
 
+/** Shared by buckets without a route pattern (no parameters); never written to. */
+const NO_PARAMS: Record<string, string> = Object.freeze({}) as Record<string, string>;
+
 export interface MatchedBucket {
   bucket: ProxyBucket;
   key: string;
@@ -25,7 +28,7 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
   for (const bucket of buckets) {
     if (bucket.methods !== undefined && !bucket.methods.has(request.method)) continue;
     if (bucket.requiredHeader !== undefined && request.header(bucket.requiredHeader) === undefined) continue;
-    let params: Record<string, string> = {};
+    let params: Record<string, string> = NO_PARAMS;
     let route = '';
     if (bucket.route !== undefined) {
       const captured = bucket.route.match(request.path);
@@ -37,13 +40,16 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
       if (prefix !== '' && request.path !== prefix && !request.path.startsWith(`${prefix}/`)) continue;
       route = bucket.config.match.prefix ?? '';
     }
-    const key = bucket.key.render({
-      client: request.client,
-      method: request.method,
-      route,
-      params,
-      header: request.header,
-    });
+    // A constant key (the default: the bucket name) reads nothing from the request.
+    const key =
+      bucket.key.constant ??
+      bucket.key.render({
+        client: request.client,
+        method: request.method,
+        route,
+        params,
+        header: request.header,
+      });
     matched.push({ bucket, key });
   }
   return matched;
