@@ -2,6 +2,7 @@ import {
   type ChannelCredentials,
   type ChannelOptions,
   Client,
+  connectivityState,
   credentials,
   Metadata,
   status,
@@ -31,9 +32,40 @@ export interface GrpcControlClientOptions {
   tls?: GrpcClientTlsOptions;
   /** Bound on request and response size, default 4 MiB. */
   maxMessageBytes?: number;
-  /** Extra grpc-js channel options, merged over the defaults below. */
+  /**
+   * Extra grpc-js channel options, merged over the defaults below (except
+   * `grpc.use_local_subchannel_pool`, which reconnecting needs and which is always 1).
+   */
   channelOptions?: ChannelOptions;
+  /**
+   * After this many reports in a row ended by their deadline, the connection is presumed stuck and
+   * replaced: the next report opens a new one. 0 never replaces. Default 2. See
+   * {@link createGrpcControlClient}.
+   */
+  reconnectAfterTimeouts?: number;
+  /** Called each time the connection is replaced after timeouts (for logs and metrics); what it throws is ignored. */
+  onReconnect?: (event: GrpcReconnectEvent) => void;
 }
+
+export interface GrpcReconnectEvent {
+  target: string;
+  /** Reports in a row that had ended by their deadline on the replaced connection. */
+  timeouts: number;
+  /** Whether the replaced connection was established (READY) when they timed out. */
+  wasReady: boolean;
+  /** Timeouts in a row the new connection is given before it is replaced in turn. */
+  nextThreshold: number;
+  /** Connections replaced since the last successful report, this one included. */
+  replacementsSinceSuccess: number;
+}
+
+export const DEFAULT_RECONNECT_AFTER_TIMEOUTS = 2;
+/**
+ * The threshold doubles for each further established connection that only timed out, up to this
+ * factor: a parent that is up but too slow for the deadline sees a new connection from each client
+ * at most every 16 x `reconnectAfterTimeouts` reports, not a reconnect storm.
+ */
+const MAX_RECONNECT_BACKOFF_FACTOR = 16;
 
 /**
  * Reconnect quickly after a parent restarts (reports are sent every ~1 s, a parent coming back
@@ -59,13 +91,50 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
  * SpillwayError: ERR_SPILLWAY_STORE_TIMEOUT when the deadline passed, ERR_SPILLWAY_STORE_UNAVAILABLE
  * for anything else (unreachable, refused by the server, oversized, closed client). The error's
  * `details` carry `target`, `grpcStatus` (name) and the server's message.
+ *
+ * Stuck connections. Where a network path drops packets (a partition, a failed switch), neither
+ * end learns anything: the connection stays READY in grpc-js while TCP retransmits the unacknowledged
+ * report with exponential backoff (RTO 200 ms doubling: at 0.2, 0.6, 1.4, 3.0, 6.3, 12.8 s, ... after
+ * the first lost segment), and keepalive (30 s + 10 s) is far off. After the path heals, nothing
+ * crosses it until the next retransmission: up to the partition's own length later. So after
+ * `reconnectAfterTimeouts` reports in a row end by their deadline (any other outcome, success or
+ * error, resets the count: the path answered), the grpc-js `Client` is replaced by a fresh one and
+ * the next report opens a new connection, whose SYN crosses a healed path at once. During a long
+ * partition each replacement's SYN is lost too, so replacements repeat every
+ * `reconnectAfterTimeouts` timeouts and a fresh SYN is never more than that many reports away.
+ *
+ * A parent that is reachable but slower than the deadline also times every report out, and new
+ * connections to it do get established (READY). To spare it a reconnect storm, the threshold doubles
+ * for each further replaced connection that was READY when it timed out (up to 16x), and returns to
+ * `reconnectAfterTimeouts` at the first successful report. Connections that never got established
+ * (a lost SYN: a partition or a dead host) do not raise it.
+ *
+ * The replaced client is closed once its calls in flight have settled (each has its deadline), so
+ * they are not cut short (calls still waiting for a connection would otherwise fail at once with
+ * UNAVAILABLE). grpc-js shares connections between clients with equal target, options and
+ * credentials through a process-wide subchannel pool: while the replaced client is open, or while
+ * another client in the process uses the same connection, a fresh client would get the stuck
+ * connection back. Each client therefore uses a pool of its own (`grpc.use_local_subchannel_pool`).
+ *
+ * A replaced connection that never got established leaves its TCP connect pending in grpc-js
+ * 1.14 until the kernel gives up on the SYN (about 2 minutes with `tcp_syn_retries` = 6) or the
+ * path heals: during a long partition, one socket per replacement, bounded by that.
  */
 export function createGrpcControlClient(
   target: string,
   options: GrpcControlClientOptions = {},
 ): ControlClient {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const client = new Client(target, channelCredentials(options.tls), {
+  const reconnectAfterTimeouts = options.reconnectAfterTimeouts ?? DEFAULT_RECONNECT_AFTER_TIMEOUTS;
+  if (!Number.isSafeInteger(reconnectAfterTimeouts) || reconnectAfterTimeouts < 0) {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `reconnectAfterTimeouts must be a non-negative integer, got ${String(options.reconnectAfterTimeouts)}`,
+      { option: 'reconnectAfterTimeouts', value: options.reconnectAfterTimeouts },
+    );
+  }
+  const credentialsForTarget = channelCredentials(options.tls);
+  const channelOptions: ChannelOptions = {
     ...DEFAULT_CHANNEL_OPTIONS,
     'grpc.max_send_message_length': maxMessageBytes,
     'grpc.max_receive_message_length': maxMessageBytes,
@@ -73,9 +142,80 @@ export function createGrpcControlClient(
       ? { 'grpc.ssl_target_name_override': options.tls.serverNameOverride }
       : {}),
     ...options.channelOptions,
-  });
+    // A replacement client must not get the stuck connection back from the global pool.
+    'grpc.use_local_subchannel_pool': 1,
+  };
   const authToken = options.authToken;
+  const onReconnect = options.onReconnect;
+
+  interface Generation {
+    readonly client: Client;
+    inFlight: number;
+    /** Whether the channel was READY at one of its timeouts (established, then stuck or slow). */
+    wasReady: boolean;
+  }
+  const open = (): Generation => ({
+    client: new Client(target, credentialsForTarget, channelOptions),
+    inFlight: 0,
+    wasReady: false,
+  });
+  let current = open();
+  /** Replaced generations whose calls have not all settled yet. */
+  const retired = new Set<Generation>();
+  let consecutiveTimeouts = 0;
+  let threshold = reconnectAfterTimeouts;
+  let readyReplacements = 0;
+  let replacementsSinceSuccess = 0;
   let closed = false;
+
+  const replace = (): void => {
+    const old = current;
+    if (old.wasReady) readyReplacements++;
+    replacementsSinceSuccess++;
+    const timeouts = consecutiveTimeouts;
+    threshold =
+      reconnectAfterTimeouts *
+      Math.min(MAX_RECONNECT_BACKOFF_FACTOR, 2 ** Math.max(0, readyReplacements - 1));
+    consecutiveTimeouts = 0;
+    current = open();
+    if (old.inFlight === 0) old.client.close();
+    else retired.add(old);
+    try {
+      onReconnect?.({
+        target,
+        timeouts,
+        wasReady: old.wasReady,
+        nextThreshold: threshold,
+        replacementsSinceSuccess,
+      });
+    } catch {
+      // An observer's failure must not keep the report from settling (this runs in its callback).
+    }
+  };
+
+  /** Accounts for one settled call of `generation`: a reply, its deadline, or another error. */
+  const settled = (generation: Generation, outcome: 'ok' | 'timeout' | 'error'): void => {
+    generation.inFlight--;
+    if (generation !== current) {
+      // A replaced connection's late outcome says nothing about the new one.
+      if (generation.inFlight === 0 && retired.delete(generation)) generation.client.close();
+      return;
+    }
+    if (outcome === 'ok') {
+      readyReplacements = 0;
+      replacementsSinceSuccess = 0;
+      threshold = reconnectAfterTimeouts;
+    }
+    if (outcome !== 'timeout') {
+      consecutiveTimeouts = 0;
+      return;
+    }
+    if (generation.client.getChannel().getConnectivityState(false) === connectivityState.READY) {
+      generation.wasReady = true;
+    }
+    consecutiveTimeouts++;
+    if (!closed && reconnectAfterTimeouts > 0 && consecutiveTimeouts >= threshold) replace();
+  };
 
   return {
     target,
@@ -89,8 +229,10 @@ export function createGrpcControlClient(
         }
         const message: ReportRequest =
           authToken !== undefined && request.authToken === '' ? { ...request, authToken } : request;
+        const generation = current;
+        generation.inFlight++;
         try {
-          client.makeUnaryRequest(
+          generation.client.makeUnaryRequest(
             reportClientMethod.path,
             reportClientMethod.serialize,
             reportClientMethod.deserialize,
@@ -98,12 +240,18 @@ export function createGrpcControlClient(
             new Metadata(),
             { deadline: Date.now() + Math.max(0, timeoutMs) },
             (error, response) => {
-              if (error || response === undefined) reject(toSpillwayError(target, error));
-              else resolve(response);
+              if (error || response === undefined) {
+                settled(generation, error?.code === status.DEADLINE_EXCEEDED ? 'timeout' : 'error');
+                reject(toSpillwayError(target, error));
+              } else {
+                settled(generation, 'ok');
+                resolve(response);
+              }
             },
           );
         } catch (error) {
           // grpc-js throws synchronously on a shut-down channel or a serializer failure.
+          settled(generation, 'error');
           reject(toSpillwayError(target, error));
         }
       });
@@ -111,7 +259,9 @@ export function createGrpcControlClient(
     close(): void {
       if (closed) return;
       closed = true;
-      client.close();
+      current.client.close();
+      for (const generation of retired) generation.client.close();
+      retired.clear();
     },
   };
 }
