@@ -247,6 +247,32 @@ export class NetnsLab {
   }
 
   /**
+   * The TCP sockets of `namespace` (the root namespace when undefined; `ss -tan` there) whose peer
+   * is `peerAddress` (any port), e.g. to see whether a tier opened new connections through a
+   * partition. States as `ss` names them (`ESTAB`, `SYN-SENT`, `FIN-WAIT-1`, ...).
+   */
+  tcpSockets(
+    namespace: string | undefined,
+    peerAddress: string,
+  ): { state: string; local: string; peer: string }[] {
+    if (namespace !== undefined && !this.namespaces.includes(namespace))
+      throw new Error(`${namespace} is not a namespace of this lab`);
+    const command =
+      namespace === undefined ? ['ss', '-Htan'] : ['ip', 'netns', 'exec', namespace, 'ss', '-Htan'];
+    const out = execFileSync(command[0]!, command.slice(1), {
+      encoding: 'utf8',
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    const sockets: { state: string; local: string; peer: string }[] = [];
+    for (const line of out.split('\n')) {
+      const [state, , , local, peer] = line.trim().split(/\s+/);
+      if (state && local && peer && peer.slice(0, peer.lastIndexOf(':')) === peerAddress)
+        sockets.push({ state, local, peer });
+    }
+    return sockets;
+  }
+
+  /**
    * Runs `spillway <args>` from source inside `namespace` (the root namespace when undefined) and
    * resolves once it logs `listening` (the addresses it bound), like startSpillway in
    * test/integration/spillway-process.ts. The process gets SIGKILL when this one dies, however it
