@@ -1,12 +1,10 @@
 import { hostname } from 'node:os';
 import { createAggregator } from '../control/aggregator.js';
 import { addAggregatorMetrics } from '../ops/aggregator-metrics.js';
-import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { createGrpcControlClient } from '../transport/grpc-control-client.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
 import {
   type CommandSpec,
@@ -18,6 +16,7 @@ import {
   stringFlag,
   usageError,
 } from './command-line.js';
+import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
 import {
@@ -142,18 +141,7 @@ export function run(argv: string[]): Promise<number> {
     const anyZone = acceptZones.includes('*');
 
     const metrics = createMetrics({ component: 'aggregator', id });
-    const clients = parents.map((target) =>
-      instrumentControlClient(
-        createGrpcControlClient(target, {
-          authToken,
-          ...(clientTls ? { tls: clientTls } : {}),
-          // A parent back from an outage is found within an interval: gRPC's reconnect backoff
-          // would otherwise have grown to seconds while it was down (docs/reliability.md).
-          channelOptions: { 'grpc.max_reconnect_backoff_ms': Math.max(250, intervalMs) },
-        }),
-        metrics,
-      ),
-    );
+    const clients = createParentClients(parents, { authToken, tls: clientTls, intervalMs, metrics, logger });
     const aggregator = createAggregator({
       id,
       zone,

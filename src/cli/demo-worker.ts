@@ -1,16 +1,15 @@
 import { z } from 'zod';
 import { createGlobalLimiter } from '../global/global-limiter.js';
-import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { createGrpcControlClient } from '../transport/grpc-control-client.js';
 import { usageError } from './command-line.js';
 import { createHttpLoad } from './demo-http-load.js';
 import { createVaryingLoad } from './demo-load.js';
 import { DEMO_STREAMS } from './demo-plan.js';
 import { startDemoUpstream } from './demo-upstream.js';
+import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 
 /**
@@ -67,9 +66,7 @@ function parseSpec<T>(schema: z.ZodType<T>, text: string): T {
 async function runHost(spec: DemoHostSpec): Promise<number> {
   const logger = createLogger({ component: 'host', id: spec.id, level: 'warn' });
   const metrics = createMetrics({ component: 'host', id: spec.id });
-  const clients = spec.aggregators.map((target) =>
-    instrumentControlClient(createGrpcControlClient(target), metrics),
-  );
+  const clients = createParentClients(spec.aggregators, { intervalMs: 1_000, metrics, logger });
   const limiter = createGlobalLimiter({ reporterId: spec.id, zone: spec.zone, clients, logger });
   addLimiterMetrics(metrics, limiter);
   const load = createVaryingLoad(

@@ -1,12 +1,10 @@
 import { hostname } from 'node:os';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createGlobalLimiter } from '../global/global-limiter.js';
-import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { createGrpcControlClient } from '../transport/grpc-control-client.js';
 import {
   type CommandSpec,
   listFlag,
@@ -18,6 +16,7 @@ import {
   usageError,
 } from './command-line.js';
 import { createLoadGenerator } from './load-generator.js';
+import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 import { AUTH_TOKEN_FLAGS, readAuthToken, readClientTls, TLS_CLIENT_FLAGS } from './transport-security.js';
 
@@ -112,18 +111,7 @@ export function run(argv: string[]): Promise<number> {
     const metrics = createMetrics({ component: 'host', id });
     const authToken = await readAuthToken(values);
     const tls = await readClientTls(values);
-    const clients = targets.map((target) =>
-      instrumentControlClient(
-        createGrpcControlClient(target, {
-          authToken,
-          ...(tls ? { tls } : {}),
-          // An aggregator back from an outage is found within an interval: gRPC's reconnect backoff
-          // would otherwise have grown to seconds while it was down (docs/reliability.md).
-          channelOptions: { 'grpc.max_reconnect_backoff_ms': Math.max(250, intervalMs) },
-        }),
-        metrics,
-      ),
-    );
+    const clients = createParentClients(targets, { authToken, tls, intervalMs, metrics, logger });
     let limiter: ReturnType<typeof createGlobalLimiter>;
     try {
       limiter = createGlobalLimiter({

@@ -5,14 +5,13 @@ import { createProxyBackend } from '../http/proxy/proxy-backend.js';
 import { addProxyKeyMetrics, createProxyMetrics } from '../http/proxy/proxy-metrics.js';
 import { startProxyServer } from '../http/proxy/proxy-server.js';
 import { type ProxyRules, parseProxyRules } from '../http/rules/proxy-rules.js';
-import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { createGrpcControlClient } from '../transport/grpc-control-client.js';
 import { type CommandSpec, numberFlag, parseHostPort, runCommand, stringFlag } from './command-line.js';
 import { watchFile } from './file-watcher.js';
+import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 
 export const spec: CommandSpec = {
@@ -88,9 +87,12 @@ export function run(argv: string[]): Promise<number> {
     const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
     const controlClients =
       rules.backend.kind === 'global'
-        ? rules.backend.aggregators.map((target) =>
-            instrumentControlClient(createGrpcControlClient(target, { authToken }), metrics),
-          )
+        ? createParentClients(rules.backend.aggregators, {
+            authToken,
+            intervalMs: rules.backend.intervalMs,
+            metrics,
+            logger,
+          })
         : [];
     const backend = createProxyBackend(rules.backend, { id, logger, controlClients });
     if (backend.globalLimiter) addLimiterMetrics(metrics, backend.globalLimiter);

@@ -43,6 +43,8 @@ export interface SpillwayMetrics {
   readonly id: string;
   observeReportSent(parent: string, result: SentReportResult, durationSeconds: number): void;
   observeReportReceived(result: ReceivedReportResult, durationSeconds: number): void;
+  /** A connection to a parent was replaced after reports timed out in a row. */
+  countReconnect(parent: string): void;
   /**
    * Registers metrics whose values come from `takeSnapshot()` at scrape time. One scrape takes one
    * snapshot however many metrics read it, so the series in a scrape are mutually consistent.
@@ -81,6 +83,12 @@ export function createMetrics(options: MetricsOptions): SpillwayMetrics {
     buckets: REPORT_DURATION_BUCKETS_S,
     registers: [registry],
   });
+  const reconnects = new Counter({
+    name: 'spillway_control_reconnects_total',
+    help: 'Connections to a parent tier replaced after reports to it timed out in a row (a partition or a stuck connection).',
+    labelNames: ['parent'],
+    registers: [registry],
+  });
   const reportsReceived = new Counter({
     name: 'spillway_reports_received_total',
     help: 'Reports received from child tiers, by result (ok, invalid, error).',
@@ -101,6 +109,9 @@ export function createMetrics(options: MetricsOptions): SpillwayMetrics {
     observeReportSent(parent, result, durationSeconds) {
       reportsSent.inc({ parent, result });
       reportDuration.observe({ parent }, durationSeconds);
+    },
+    countReconnect(parent) {
+      reconnects.inc({ parent });
     },
     observeReportReceived(result, durationSeconds) {
       reportsReceived.inc({ result });

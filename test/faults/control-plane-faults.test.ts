@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { type FaultProxy, startFaultProxy } from '../helpers/fault-proxy.js';
-import { type SpillwayProcess, stopSpillway, waitFor } from '../integration/spillway-process.js';
+import { type SpillwayProcess, scrape, stopSpillway, waitFor } from '../integration/spillway-process.js';
 import { Fleet, type HostReading, type HostSpec, impliedAdmittedRps, readHost, sleep } from './fleet.js';
 
 // Faults between and inside the tiers of a real fleet on loopback: hosts -> [proxy HA] -> aggregator
@@ -152,6 +152,16 @@ describe('control plane faults across real processes', { timeout: 180_000 }, () 
         failing.every((r) => r.consecutiveFailures > 0),
         'the partition was real: reports failed',
       );
+      // Two timeouts in a row replace the connection (counted and logged), so a healed path is not
+      // left waiting on the stuck connection's retransmission backoff.
+      for (const host of hosts) {
+        const series = await scrape(host.ops);
+        const reconnects = [...series].filter(([key]) => key.startsWith('spillway_control_reconnects_total'));
+        assert.ok(
+          reconnects.some(([, value]) => value >= 1),
+          `a host replaced its connection: ${JSON.stringify(reconnects)}`,
+        );
+      }
     } finally {
       proxyHA.setMode('pass');
     }
