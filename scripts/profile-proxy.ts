@@ -5,14 +5,15 @@
 //
 //   node --import tsx scripts/profile-proxy.ts [--cases upstream,bare,local,global] [--rate 1000]
 //        [--duration 10] [--max-duration 5] [--warmup 3] [--connections 50] [--rounds 1]
-//        [--baseline DIR] [--cpu-prof DIR] [--top 40]
+//        [--baseline DIR] [--body-bytes N] [--cpu-prof DIR] [--top 40]
 //   node --import tsx scripts/profile-proxy.ts summarize FILE.cpuprofile [--top 40]
 //
 // Every process is separate: upstream (node:http, 200 "ok"), the proxy (the CLI, from source),
 // autocannon (50 keep-alive connections) and, for `global`, one controller and one aggregator.
 // `local` is a local-backend bucket (one key, limit far above the load); `global` one global
 // bucket. With --cpu-prof, the proxy runs under `node --cpu-prof` and its profile (startup and
-// warmup included) is summarized after it exits. Linux only (/proc).
+// warmup included) is summarized after it exits. --body-bytes N sends POSTs with an N-byte body
+// instead of GETs. Linux only (/proc).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -76,10 +77,12 @@ async function runLoadgen(argv: string[]): Promise<void> {
       connections: { type: 'string' },
       duration: { type: 'string' },
       rate: { type: 'string', default: '0' },
+      'body-bytes': { type: 'string', default: '0' },
     },
   });
   const autocannon = createRequire(import.meta.url)('autocannon') as Autocannon;
   const rate = Number(values.rate);
+  const bodyBytes = Number(values['body-bytes']);
   let ok = 0;
   let other = 0;
   const result = await new Promise<AutocannonResult>((done, fail) => {
@@ -89,6 +92,13 @@ async function runLoadgen(argv: string[]): Promise<void> {
         connections: Number(values.connections),
         duration: Number(values.duration),
         ...(rate > 0 ? { overallRate: rate } : {}),
+        ...(bodyBytes > 0
+          ? {
+              method: 'POST',
+              body: 'x'.repeat(bodyBytes),
+              headers: { 'content-type': 'application/octet-stream' },
+            }
+          : {}),
         timeout: 10,
       },
       (error, r) => (error ? fail(error) : done(r)),
@@ -151,6 +161,9 @@ async function startProcess(
   return { child, listening };
 }
 
+/** POST bodies of this many bytes instead of GETs (--body-bytes). */
+let loadBodyBytes = 0;
+
 async function load(
   url: string,
   connections: number,
@@ -172,6 +185,8 @@ async function load(
       String(durationSec),
       '--rate',
       String(rate),
+      '--body-bytes',
+      String(loadBodyBytes),
     ],
     { cwd: ROOT, stdio: ['ignore', 'pipe', 'inherit'], env: { ...process.env, NODE_OPTIONS: '' } },
   );
@@ -248,6 +263,7 @@ async function main(argv: string[]): Promise<void> {
       connections: { type: 'string', default: '50' },
       rounds: { type: 'string', default: '1' },
       baseline: { type: 'string' },
+      'body-bytes': { type: 'string', default: '0' },
       'cpu-prof': { type: 'string' },
       top: { type: 'string', default: '40' },
     },
@@ -262,6 +278,7 @@ async function main(argv: string[]): Promise<void> {
   const warmupSec = Number(values.warmup);
   const connections = Number(values.connections);
   const rounds = Number(values.rounds);
+  loadBodyBytes = Number(values['body-bytes']);
   const profDir = values['cpu-prof'] === undefined ? undefined : resolve(values['cpu-prof']);
   // Another checkout (e.g. `git worktree add /tmp/base HEAD~1`): its proxy runs beside this one's,
   // round-robin, so a before/after comparison sees the same machine load.

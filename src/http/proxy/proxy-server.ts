@@ -6,7 +6,7 @@ import {
   type ServerResponse,
 } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { type Duplex, Readable } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import { type Dispatcher, Pool } from 'undici';
 import type { Decision } from '../../core/decision.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
@@ -272,7 +272,6 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   class Exchange implements Dispatcher.DispatchHandler {
     target = '';
     limitHeaders: Record<string, string> = NO_HEADERS;
-    body: Readable | null = null;
     /** Set once forwarded: the outcome counted for it (at most once). */
     forwarded = false;
     outcome: ProxyOutcome | undefined = undefined;
@@ -328,12 +327,12 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         preserveHost: upstream.preserveHost,
       });
       // Through an iterator that does not destroy `req` when undici stops reading, so a failed
-      // upstream still leaves the client connection able to carry the 502.
+      // upstream still leaves the client connection able to carry the 502. undici reads it
+      // chunk by chunk as the upstream socket drains, and stops (return()) when the request fails.
       const body = hasBody(req)
-        ? Readable.from(req.iterator({ destroyOnReturn: false }), { objectMode: false })
+        ? (req.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>)
         : null;
       this.limitHeaders = limitHeaders;
-      this.body = body;
       this.forwarded = true;
       this.startedMs = performance.now();
       pool.dispatch(
@@ -341,7 +340,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
           path: this.target,
           method: req.method as Dispatcher.HttpMethod,
           headers,
-          body,
+          // Dispatcher.md lists async iterables among request bodies; the type declarations do not.
+          body: body as unknown as Dispatcher.DispatchOptions['body'],
           headersTimeout: upstream.headersTimeoutMs,
           bodyTimeout: upstream.bodyTimeoutMs,
         },
@@ -431,7 +431,6 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     onResponseError(_controller: Dispatcher.DispatchController | undefined, error: Error): void {
-      if (this.body !== null && !this.body.destroyed) this.body.destroy();
       if (!this.headersSeen) metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
       if (this.outcome !== undefined) return;
       const res = this.res;

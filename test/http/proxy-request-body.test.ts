@@ -1,0 +1,176 @@
+import assert from 'node:assert/strict';
+import { type IncomingMessage, request, type ServerResponse } from 'node:http';
+import { after, describe, it } from 'node:test';
+import {
+  metricValue,
+  send,
+  startTestProxy,
+  startUpstream,
+  type TestProxy,
+  type Upstream,
+  until,
+} from './proxy-harness.js';
+
+// How the proxy streams a request body to the upstream: Expect: 100-continue, a client that
+// leaves mid-upload, an upstream that fails mid-upload, and one that answers before reading it.
+
+const cleanups: (() => Promise<void>)[] = [];
+after(async () => {
+  for (const cleanup of cleanups.reverse()) await cleanup();
+});
+
+async function setup(
+  handler: (req: IncomingMessage, res: ServerResponse) => void,
+  buckets = 'buckets: []\n',
+): Promise<{ upstream: Upstream; proxy: TestProxy }> {
+  const upstream = await startUpstream(handler);
+  const proxy = await startTestProxy(upstream.url, `backend:\n  kind: local\n${buckets}`);
+  cleanups.push(proxy.close, upstream.close);
+  return { upstream, proxy };
+}
+
+function outcome(proxy: TestProxy, name: string): Promise<number> {
+  return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
+}
+
+/** Reads a whole request body; resolves with its length, or -1 when the request is cut. */
+function bodyLength(req: IncomingMessage): Promise<number> {
+  return new Promise((resolve) => {
+    let length = 0;
+    req.on('data', (chunk: Buffer) => {
+      length += chunk.length;
+    });
+    req.on('end', () => resolve(length));
+    req.on('error', () => resolve(-1));
+    req.on('close', () => {
+      if (!req.complete) resolve(-1);
+    });
+  });
+}
+
+/** A POST with `Expect: 100-continue` that sends its body only after a 100. */
+function expectContinue(
+  url: string,
+  body: string,
+): Promise<{ status: number; gotContinue: boolean; body: string }> {
+  return new Promise((resolve, reject) => {
+    let gotContinue = false;
+    const req = request(url, {
+      method: 'POST',
+      agent: false,
+      headers: { expect: '100-continue', 'content-length': String(body.length) },
+    });
+    req.on('continue', () => {
+      gotContinue = true;
+      req.end(body);
+    });
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      res.on('end', () =>
+        resolve({ status: res.statusCode!, gotContinue, body: Buffer.concat(chunks).toString() }),
+      );
+    });
+    req.on('error', reject);
+    req.flushHeaders();
+  });
+}
+
+describe('spillway proxy: request bodies', () => {
+  it('Expect: 100-continue gets its 100 only once allowed; the body then reaches the upstream whole', async () => {
+    const lengths: number[] = [];
+    const { upstream, proxy } = await setup((req, res) => {
+      void bodyLength(req).then((length) => {
+        lengths.push(length);
+        res.end(`got ${length}`);
+      });
+    }, 'buckets:\n  - name: uploads\n    limit: 1\n    windowSec: 60\n');
+    const body = 'x'.repeat(100_000);
+    const allowed = await expectContinue(`${proxy.base}/upload`, body);
+    assert.deepEqual(allowed, { status: 200, gotContinue: true, body: 'got 100000' });
+    assert.equal(upstream.seen[0]!.headers.expect, undefined);
+    const rejected = await expectContinue(`${proxy.base}/upload`, body);
+    assert.equal(rejected.status, 429);
+    assert.equal(rejected.gotContinue, false, 'a rejected upload is never invited');
+    assert.deepEqual(lengths, [100_000]);
+  });
+
+  it('a client that leaves mid-upload aborts the upstream request, counted as client_abort', async () => {
+    let upstreamLength: Promise<number> | undefined;
+    const { proxy } = await setup((req) => {
+      upstreamLength = bodyLength(req);
+    });
+    const req = request(`${proxy.base}/upload`, {
+      method: 'POST',
+      agent: false,
+      headers: { 'content-length': String(1024 * 1024) },
+    });
+    req.on('error', () => {});
+    req.write(Buffer.alloc(64 * 1024, 1));
+    await until('the upstream has the request', () => upstreamLength !== undefined);
+    req.destroy();
+    assert.equal(await upstreamLength, -1, 'the upstream sees the upload cut');
+    await until('counted as client_abort', async () => (await outcome(proxy, 'client_abort')) === 1);
+  });
+
+  it('answers 502 and closes the connection when the upstream resets mid-upload; the proxy serves on', async () => {
+    const { proxy } = await setup((req, res) => {
+      if (req.url === '/reset') {
+        req.once('data', () => req.socket.destroy());
+        return;
+      }
+      res.end('ok');
+    });
+    const result = await new Promise<{ status: number; connection: string | undefined; body: string }>(
+      (resolve, reject) => {
+        const req = request(
+          `${proxy.base}/reset`,
+          { method: 'POST', agent: false, headers: { 'content-length': String(1024 * 1024) } },
+          (res) => {
+            const chunks: Buffer[] = [];
+            res.on('data', (chunk: Buffer) => chunks.push(chunk));
+            res.on('end', () =>
+              resolve({
+                status: res.statusCode!,
+                connection: res.headers.connection,
+                body: Buffer.concat(chunks).toString(),
+              }),
+            );
+          },
+        );
+        req.on('error', reject);
+        // Half the declared body: the proxy answers before the upload is complete.
+        req.write(Buffer.alloc(512 * 1024, 1));
+      },
+    );
+    assert.equal(result.status, 502);
+    assert.equal(result.connection, 'close');
+    assert.equal((JSON.parse(result.body) as { error: string }).error, 'upstream_error');
+    await until('counted as upstream_error', async () => (await outcome(proxy, 'upstream_error')) === 1);
+    assert.equal((await send(`${proxy.base}/next`)).body, 'ok');
+  });
+
+  it('relays an upstream answer sent before the upload was read (413)', async () => {
+    const { proxy } = await setup((_req, res) => {
+      res.writeHead(413, { 'content-type': 'text/plain', connection: 'close' });
+      res.end('too large');
+    });
+    const result = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request(
+        `${proxy.base}/upload`,
+        { method: 'POST', agent: false, headers: { 'content-length': String(8 * 1024 * 1024) } },
+        (res) => {
+          const chunks: Buffer[] = [];
+          res.on('data', (chunk: Buffer) => chunks.push(chunk));
+          res.on('end', () => {
+            resolve({ status: res.statusCode!, body: Buffer.concat(chunks).toString() });
+            req.destroy();
+          });
+        },
+      );
+      req.on('error', reject);
+      req.write(Buffer.alloc(64 * 1024, 1));
+    });
+    assert.deepEqual(result, { status: 413, body: 'too large' });
+  });
+});
