@@ -1,4 +1,5 @@
 import { Redis } from 'ioredis';
+import { systemClock } from '../../core/clock.js';
 import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import type { GlobalLimiter, GlobalLimiterOptions } from '../../global/global-limiter.js';
 import { createGlobalLimiter } from '../../global/global-limiter.js';
@@ -94,6 +95,11 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
               capacity: bucket.config.limit,
               refillPerSec: bucket.config.limit / bucket.config.windowSec,
               maxKeys: config.maxKeys,
+              // Not the local limiters' default coarse clock: its 1 ms ticker wakes the event loop
+              // a thousand times a second (~20 ms of CPU per second measured here, i.e. 20 µs per
+              // request at 1,000 req/s), where reading the real clock per request costs ~40 ns.
+              // The ticker only pays off beyond hundreds of thousands of decisions per second.
+              clock: systemClock,
             });
             tables.set(bucket.config.name, table);
             return toEdgeLimiter(table);
