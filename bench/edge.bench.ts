@@ -52,6 +52,16 @@ const REDIS_WINDOW_SEC = 60;
 const REMOTE_REDIS_DELAY_MS = Number(process.env.BENCH_REMOTE_REDIS_DELAY_MS ?? 1);
 /** Upstream connections pooled by every forwarding case (the proxy's default, docs/proxy.md). */
 const UPSTREAM_SOCKETS = 128;
+/** The pairs whose ratios are the targets, run interleaved (see "paired runs" in main). */
+const TARGET_PAIRS: [string, string][] = [
+  ['proxy-global', 'proxy-bare'],
+  ['express-spillway-global', 'express-bare'],
+  ['proxy-global', 'proxy-redis'],
+  ['proxy-global', 'proxy-redis-remote'],
+  ['express-spillway-global', 'express-rlf-redis'],
+  ['express-spillway-global', 'express-rlf-redis-remote'],
+];
+const PAIRED_WARMUP_S = 2;
 /** Most connections the open-loop generator opens to a case (one request in flight on each). */
 const OPEN_LOOP_CONNECTIONS = 256;
 
@@ -293,7 +303,8 @@ async function runOpenLoop(argv: string[]): Promise<void> {
   const { values } = parseArgs({
     args: argv,
     options: {
-      url: { type: 'string' },
+      // Several --url: one Poisson stream per target, interleaved in the same time window (paired).
+      url: { type: 'string', multiple: true },
       duration: { type: 'string' },
       rate: { type: 'string' },
       seed: { type: 'string', default: '1' },
@@ -301,16 +312,22 @@ async function runOpenLoop(argv: string[]): Promise<void> {
   });
   const { Pool } = await import('undici');
   const { seededRandom } = await import('../src/core/index.js');
-  const url = new URL(String(values.url));
-  const rate = Number(values.rate);
+  const urls = (values.url ?? []).map((u) => new URL(u));
+  const n = urls.length;
+  // Each target gets `rate`: the merged stream runs at n × rate and each arrival picks its target
+  // at random, which splits a Poisson process into independent Poisson processes.
+  const rate = Number(values.rate) * n;
   const durationMs = Number(values.duration) * 1000;
   const random = seededRandom(Number(values.seed));
-  const pool = new Pool(url.origin, { connections: OPEN_LOOP_CONNECTIONS, pipelining: 1 });
-  const ok: number[] = [];
-  const limited: number[] = [];
-  const lateness: number[] = [];
-  let other = 0;
-  let errors = 0;
+  const targets = urls.map((url) => ({
+    url,
+    pool: new Pool(url.origin, { connections: OPEN_LOOP_CONNECTIONS, pipelining: 1 }),
+    ok: [] as number[],
+    limited: [] as number[],
+    lateness: [] as number[],
+    other: 0,
+    errors: 0,
+  }));
   let inFlight = 0;
   const started = performance.now();
   const end = started + durationMs;
@@ -319,19 +336,19 @@ async function runOpenLoop(argv: string[]): Promise<void> {
   const finished = new Promise<void>((resolve) => {
     finish = resolve;
   });
-  const send = (now: number) => {
+  const send = (target: (typeof targets)[number], now: number) => {
     inFlight++;
-    pool
-      .request({ path: url.pathname, method: 'GET' })
+    target.pool
+      .request({ path: target.url.pathname, method: 'GET' })
       .then(async (response) => {
         await response.body.dump();
         const ms = performance.now() - now;
-        if (response.statusCode >= 200 && response.statusCode < 300) ok.push(ms);
-        else if (response.statusCode === 429) limited.push(ms);
-        else other++;
+        if (response.statusCode >= 200 && response.statusCode < 300) target.ok.push(ms);
+        else if (response.statusCode === 429) target.limited.push(ms);
+        else target.other++;
       })
       .catch(() => {
-        errors++;
+        target.errors++;
       })
       .finally(() => {
         inFlight--;
@@ -341,9 +358,10 @@ async function runOpenLoop(argv: string[]): Promise<void> {
   const tick = () => {
     const now = performance.now();
     while (nextAt <= now && nextAt < end) {
-      lateness.push(now - nextAt);
-      send(now);
-      // Exponential gaps: a Poisson arrival process at `rate` per second.
+      const target = targets[n === 1 ? 0 : Math.min(n - 1, Math.floor(random() * n))]!;
+      target.lateness.push(now - nextAt);
+      send(target, now);
+      // Exponential gaps: a Poisson arrival process.
       nextAt += (-Math.log(1 - random()) * 1000) / rate;
     }
     if (nextAt < end) setTimeout(tick, Math.max(0, nextAt - performance.now()));
@@ -352,22 +370,24 @@ async function runOpenLoop(argv: string[]): Promise<void> {
   tick();
   await finished;
   const durationSec = (performance.now() - started) / 1000;
-  await pool.close();
-  const requests = ok.length + limited.length + other;
-  const out: LoadResult = {
-    durationSec,
-    requests,
-    requestsPerSec: requests / durationSec,
-    status2xx: ok.length,
-    status429: limited.length,
-    statusOther: other,
-    errors,
-    timeouts: 0,
-    latency2xx: summarize(ok),
-    latency429: summarize(limited),
-    senderLateness: summarize(lateness),
-  };
-  process.stdout.write(`${JSON.stringify(out)}\n`);
+  await Promise.all(targets.map((t) => t.pool.close()));
+  const results: LoadResult[] = targets.map((t) => {
+    const requests = t.ok.length + t.limited.length + t.other;
+    return {
+      durationSec,
+      requests,
+      requestsPerSec: requests / durationSec,
+      status2xx: t.ok.length,
+      status429: t.limited.length,
+      statusOther: t.other,
+      errors: t.errors,
+      timeouts: 0,
+      latency2xx: summarize(t.ok),
+      latency429: summarize(t.limited),
+      senderLateness: summarize(t.lateness),
+    };
+  });
+  process.stdout.write(`${JSON.stringify(results)}\n`);
 }
 
 function summarize(latenciesMs: number[]): LatencySummary {
@@ -481,10 +501,34 @@ function pinProcess(pid: number | undefined, cpus: string): void {
  * with BENCH_CONNECTIONS keep-alive connections as fast as the case answers (throughput).
  */
 async function load(url: string, durationSec: number, rate: number): Promise<LoadResult> {
-  const args =
-    rate > 0
-      ? ['openloop', '--url', url, '--duration', String(durationSec), '--rate', String(rate)]
-      : ['loadgen', '--url', url, '--connections', String(CONNECTIONS), '--duration', String(durationSec)];
+  if (rate > 0) return (await openLoop([url], durationSec, rate))[0]!;
+  const output = await runLoadProcess([
+    'loadgen',
+    '--url',
+    url,
+    '--connections',
+    String(CONNECTIONS),
+    '--duration',
+    String(durationSec),
+  ]);
+  return JSON.parse(output) as LoadResult;
+}
+
+/** The open-loop generator over one or more targets at `rate` each, interleaved (one result per url). */
+async function openLoop(urls: string[], durationSec: number, rate: number): Promise<LoadResult[]> {
+  const output = await runLoadProcess([
+    'openloop',
+    ...urls.flatMap((url) => ['--url', url]),
+    '--duration',
+    String(durationSec),
+    '--rate',
+    String(rate),
+  ]);
+  return JSON.parse(output) as LoadResult[];
+}
+
+/** Runs this file in a load-generator role on the shared CPUs; resolves with its last stdout line. */
+async function runLoadProcess(args: string[]): Promise<string> {
   const child = spawnPinned(['--import', 'tsx', SELF, ...args], SHARED_CPUS, ['ignore', 'pipe', 'inherit']);
   let stdout = '';
   child.stdout!.on('data', (chunk: Buffer) => {
@@ -492,7 +536,7 @@ async function load(url: string, durationSec: number, rate: number): Promise<Loa
   });
   const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
   if (code !== 0) throw new Error(`load generator exited ${code}: ${stdout}`);
-  return JSON.parse(stdout.trim().split('\n').at(-1)!) as LoadResult;
+  return stdout.trim().split('\n').at(-1)!;
 }
 
 interface Case {
@@ -949,48 +993,62 @@ async function main(): Promise<void> {
         rounds: list,
       };
     });
-    // Targets compare two cases. Each is computed per round, from two runs a few seconds apart,
-    // and the median over rounds reported: drifting background load then falls on both sides of
-    // every ratio instead of skewing one case's median.
-    const available = (id: string) =>
-      rows.some((r) => r.id === id && r.missing === undefined && r.rounds.length > 0);
-    const perRound = (id: string, baseId: string, ratio: (a: CaseRound, b: CaseRound) => number) => {
-      if (!available(id) || !available(baseId)) return undefined;
-      const a = rounds.get(id)!;
-      const b = rounds.get(baseId)!;
-      return median(a.map((round, i) => ratio(round, b[i]!)));
-    };
+    // Targets compare two cases in PAIRED runs: one open-loop generator sends both cases' requests
+    // interleaved at random in the same seconds, each at BENCH_RATE, so a hiccup of the machine (this
+    // is a VM: its tail moves by milliseconds from run to run) lands on both sides of a ratio instead
+    // of on whichever case happened to run then. Each ratio is computed per round; the median over
+    // rounds is reported with the range.
+    const byId = new Map(runnable.map((c) => [c.id, c]));
+    const pairs = TARGET_PAIRS.filter(([a, b]) => byId.has(a) && byId.has(b));
+    const paired = new Map<string, { a: LoadResult; b: LoadResult }[]>(
+      pairs.map(([a, b]) => [`${a}|${b}`, []]),
+    );
+    for (let round = 1; round <= ROUNDS; round++) {
+      for (const [aId, bId] of pairs) {
+        const urls = [byId.get(aId)!.url!, byId.get(bId)!.url!];
+        await openLoop(urls, PAIRED_WARMUP_S, RATE);
+        const [a, b] = (await openLoop(urls, DURATION_S, RATE)) as [LoadResult, LoadResult];
+        paired.get(`${aId}|${bId}`)!.push({ a, b });
+        process.stdout.write(
+          `round ${round} paired ${aId} vs ${bId}: p99 ${(a.latency2xx.p99Us / 1000).toFixed(2)} vs ${(b.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(a.latency2xx.p999Us / 1000).toFixed(2)} vs ${(b.latency2xx.p999Us / 1000).toFixed(2)} ms\n`,
+        );
+      }
+    }
     const ratios: {
       name: string;
-      value: number | undefined;
+      /** Median over rounds, and the range. */
+      value?: number;
+      low?: number;
+      high?: number;
       target: string;
       met: boolean | undefined;
-      /** 'us': an absolute difference in microseconds rather than a ratio. */
-      unit?: 'us';
+      /** 'us': an absolute difference in microseconds; 'lower': 1 − a/b; else a/b − 1. */
+      unit?: 'us' | 'lower';
     }[] = [];
+    const pairedStat = (
+      aId: string,
+      bId: string,
+      stat: (a: LoadResult, b: LoadResult) => number,
+    ): { value?: number; low?: number; high?: number } => {
+      const list = paired.get(`${aId}|${bId}`);
+      if (list === undefined || list.length === 0) return {};
+      const values = list.map(({ a, b }) => stat(a, b));
+      return { value: median(values), low: Math.min(...values), high: Math.max(...values) };
+    };
     const addedOver = (name: string, id: string, baseId: string) => {
-      const value = perRound(id, baseId, (a, b) => a.fixed.latency2xx.p99Us / b.fixed.latency2xx.p99Us - 1);
-      ratios.push({ name, value, target: '<= +5%', met: value === undefined ? undefined : value <= 0.05 });
-    };
-    const addedUs = (name: string, id: string, baseId: string) => {
-      const value = perRound(id, baseId, (a, b) => a.fixed.latency2xx.p99Us - b.fixed.latency2xx.p99Us);
-      ratios.push({ name, value, target: '(context)', met: undefined, unit: 'us' });
-    };
-    const cpuOver = (name: string, id: string, baseId: string) => {
-      const value = perRound(id, baseId, (a, b) => a.fixedCpuUsPerRequest / b.fixedCpuUsPerRequest - 1);
-      ratios.push({ name, value, target: '(context)', met: undefined });
+      const r = pairedStat(id, baseId, (a, b) => a.latency2xx.p99Us / b.latency2xx.p99Us - 1);
+      ratios.push({ name, ...r, target: '<= +5%', met: r.value === undefined ? undefined : r.value <= 0.05 });
+      const us = pairedStat(id, baseId, (a, b) => a.latency2xx.p99Us - b.latency2xx.p99Us);
+      ratios.push({ name: `${name}, absolute`, ...us, target: '(context)', met: undefined, unit: 'us' });
     };
     const lowerThan = (name: string, id: string, redisId: string) => {
-      const value = perRound(
-        id,
-        redisId,
-        (a, b) => 1 - a.fixed.latency2xx.p999Us / b.fixed.latency2xx.p999Us,
-      );
+      const r = pairedStat(id, redisId, (a, b) => 1 - a.latency2xx.p999Us / b.latency2xx.p999Us);
       ratios.push({
         name,
-        value,
+        ...r,
         target: '>= 50% lower',
-        met: value === undefined ? undefined : value >= 0.5,
+        met: r.value === undefined ? undefined : r.value >= 0.5,
+        unit: 'lower',
       });
     };
     addedOver('p99 of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
@@ -999,34 +1057,16 @@ async function main(): Promise<void> {
       'express-spillway-global',
       'express-bare',
     );
-    addedUs('p99 of proxy + global minus the bare proxy, µs', 'proxy-global', 'proxy-bare');
-    addedUs(
-      'p99 of express + spillway global minus bare express, µs',
-      'express-spillway-global',
-      'express-bare',
-    );
-    cpuOver('CPU per request of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
-    cpuOver(
-      'CPU per request of express + spillway global over bare express',
-      'express-spillway-global',
-      'express-bare',
-    );
-    lowerThan('p99.9 of proxy + global vs proxy + Redis', 'proxy-global', 'proxy-redis');
-    lowerThan(
-      'p99.9 of express + spillway global vs express + spillway Redis',
-      'express-spillway-global',
-      'express-spillway-redis',
-    );
-    lowerThan(
-      'p99.9 of express + spillway global vs express + RLF Redis',
-      'express-spillway-global',
-      'express-rlf-redis',
-    );
-    lowerThan('p99.9 of proxy + global vs express + RLF Redis', 'proxy-global', 'express-rlf-redis');
+    lowerThan('p99.9 of proxy + global vs proxy + Redis (loopback)', 'proxy-global', 'proxy-redis');
     lowerThan(
       `p99.9 of proxy + global vs proxy + Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
       'proxy-global',
       'proxy-redis-remote',
+    );
+    lowerThan(
+      'p99.9 of express + spillway global vs express + RLF Redis (loopback)',
+      'express-spillway-global',
+      'express-rlf-redis',
     );
     lowerThan(
       `p99.9 of express + spillway global vs express + RLF Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
@@ -1062,7 +1102,7 @@ async function main(): Promise<void> {
     mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
     writeFileSync(
       join(ROOT, 'bench/results/edge.json'),
-      `${JSON.stringify({ meta, inProcess: inProcessRows, rows, ratios }, null, 2)}\n`,
+      `${JSON.stringify({ meta, inProcess: inProcessRows, rows, ratios, paired: Object.fromEntries(paired) }, null, 2)}\n`,
     );
 
     const n = (value: number, digits = 2) =>
@@ -1140,16 +1180,37 @@ async function main(): Promise<void> {
       '',
       '## Targets',
       '',
-      '| comparison | measured | target | met |',
-      '|---|---:|---|---|',
-      ...ratios.map(
-        (r) =>
-          `| ${r.name} | ${r.unit === 'us' ? (r.value === undefined ? '—' : `${r.value >= 0 ? '+' : ''}${Math.round(r.value)} µs`) : pct(r.value)} | ${r.target} | ${r.met === undefined ? 'n/a' : r.met ? 'yes' : 'no'} |`,
-      ),
+      'From paired runs: one open-loop generator sends the two cases of a comparison their requests',
+      `interleaved at random in the same ${DURATION_S} s (each at ${n(RATE, 0)} req/s), so a stall of the machine`,
+      '(this is a VM; its tail moves by milliseconds from run to run, see the table above) hits both sides',
+      `of a ratio alike. One ratio per round; the median of ${ROUNDS} rounds and the range.`,
       '',
-      '"+x%" is the global path\'s figure over the bare path\'s, minus 1; "lower" for p99.9 is',
-      '1 − global p99.9 / Redis p99.9. Each is computed per round (the two runs are seconds apart) and the',
-      'median over rounds is shown, so load drifting on the machine falls on both sides of a ratio.',
+      '| comparison | median | range over rounds | target | met |',
+      '|---|---:|---|---|---|',
+      ...ratios.map((r) => {
+        const show = (v: number | undefined) =>
+          v === undefined
+            ? '—'
+            : r.unit === 'us'
+              ? `${v >= 0 ? '+' : ''}${Math.round(v)} µs`
+              : r.unit === 'lower'
+                ? v >= 0
+                  ? `${(v * 100).toFixed(1)}% lower`
+                  : `${(-v * 100).toFixed(1)}% higher`
+                : pct(v);
+        return `| ${r.name} | ${show(r.value)} | ${show(r.low)} … ${show(r.high)} | ${r.target} | ${r.met === undefined ? 'n/a' : r.met ? 'yes' : 'no'} |`;
+      }),
+      '',
+      'Paired runs, per round (first case vs second):',
+      '',
+      '| pair | round | p50 ms | p99 ms | p99.9 ms |',
+      '|---|---:|---|---|---|',
+      ...[...paired].flatMap(([key, list]) =>
+        list.map(
+          ({ a, b }, i) =>
+            `| ${key.replace('|', ' vs ')} | ${i + 1} | ${n(a.latency2xx.p50Us / 1000)} vs ${n(b.latency2xx.p50Us / 1000)} | ${n(a.latency2xx.p99Us / 1000)} vs ${n(b.latency2xx.p99Us / 1000)} | ${n(a.latency2xx.p999Us / 1000)} vs ${n(b.latency2xx.p999Us / 1000)} |`,
+        ),
+      ),
       '',
       '## What each path does',
       '',
