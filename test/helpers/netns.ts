@@ -1,7 +1,6 @@
-import { type ChildProcess, execFileSync, spawn, spawnSync } from 'node:child_process';
-import { createInterface } from 'node:readline';
+import { type ChildProcess, execFileSync, spawnSync } from 'node:child_process';
 import type { TestContext } from 'node:test';
-import { REPO_ROOT, type SpillwayProcess } from '../integration/spillway-process.js';
+import { type SpillwayProcess, startSpillway } from '../integration/spillway-process.js';
 
 /**
  * Test helper: real network partitions between the tiers of a fleet, with Linux network namespaces.
@@ -284,75 +283,17 @@ export class NetnsLab {
     args: string[],
     { timeoutMs = 30_000 } = {},
   ): Promise<SpillwayProcess> {
-    const command = [
+    const prefix = [
+      ...(namespace === undefined ? [] : ['ip', 'netns', 'exec', namespace]),
       'setpriv',
       '--pdeathsig',
       'KILL',
       '--',
-      process.execPath,
-      '--import',
-      'tsx',
-      'src/cli/entry.ts',
-      ...args,
     ];
-    // `ip netns exec` and setpriv exec in place: the child's pid is node's, so signals reach it.
-    const [file, ...rest] =
-      namespace === undefined ? command : ['ip', 'netns', 'exec', namespace, ...command];
-    const child = spawn(file!, rest, {
-      cwd: REPO_ROOT,
-      stdio: ['ignore', 'pipe', 'pipe'],
-      env: { ...process.env, NODE_OPTIONS: '' },
-    });
-    this.children.add(child);
-    const output: string[] = [];
-    let running = true;
-    const exited = new Promise<number | string>((resolve) => {
-      child.once('exit', (code, signal) => {
-        running = false;
-        this.children.delete(child);
-        resolve(code ?? signal ?? 'unknown');
-      });
-    });
-    createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
-    let timer: NodeJS.Timeout | undefined;
-    const listening = new Promise<{ grpc?: string; ops: string }>((resolve, reject) => {
-      createInterface({ input: child.stdout! }).on('line', (line) => {
-        output.push(line);
-        if (!line.includes('"listening"')) return;
-        try {
-          const parsed = JSON.parse(line) as { msg?: string; grpc?: string; ops?: string };
-          if (parsed.msg === 'listening' && parsed.ops) resolve({ grpc: parsed.grpc, ops: parsed.ops });
-        } catch {
-          // not a log line
-        }
-      });
-      void exited.then((code) =>
-        reject(new Error(`${name} exited (${code}) before listening:\n${output.join('\n')}`)),
-      );
-      timer = setTimeout(
-        () => reject(new Error(`${name} did not listen within ${timeoutMs} ms:\n${output.join('\n')}`)),
-        timeoutMs,
-      );
-    });
-    try {
-      const { grpc, ops } = await listening;
-      return {
-        name,
-        child,
-        grpc,
-        ops,
-        output,
-        exited,
-        get running() {
-          return running;
-        },
-      };
-    } catch (error) {
-      child.kill('SIGKILL');
-      throw error;
-    } finally {
-      clearTimeout(timer);
-    }
+    const started = await startSpillway(name, args, { timeoutMs, prefix });
+    this.children.add(started.child);
+    void started.exited.then(() => this.children.delete(started.child));
+    return started;
   }
 
   /**

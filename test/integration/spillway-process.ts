@@ -21,8 +21,17 @@ export interface SpillwayProcess {
   readonly running: boolean;
 }
 
-export function spawnSpillwayRaw(args: string[], env: Record<string, string> = {}): ChildProcess {
-  return spawn(process.execPath, ['--import', 'tsx', 'src/cli/entry.ts', ...args], {
+/**
+ * `prefix`: a command that execs node in place (e.g. `ip netns exec NS setpriv --pdeathsig KILL --`),
+ * so the child's pid stays node's and signals reach it.
+ */
+export function spawnSpillwayRaw(
+  args: string[],
+  env: Record<string, string> = {},
+  prefix: readonly string[] = [],
+): ChildProcess {
+  const command = [...prefix, process.execPath, '--import', 'tsx', 'src/cli/entry.ts', ...args];
+  return spawn(command[0]!, command.slice(1), {
     cwd: REPO_ROOT,
     stdio: ['ignore', 'pipe', 'pipe'],
     env: { ...process.env, NODE_OPTIONS: '', ...env },
@@ -32,9 +41,9 @@ export function spawnSpillwayRaw(args: string[], env: Record<string, string> = {
 export async function startSpillway(
   name: string,
   args: string[],
-  { timeoutMs = 30_000, env = {} as Record<string, string> } = {},
+  { timeoutMs = 30_000, env = {} as Record<string, string>, prefix = [] as readonly string[] } = {},
 ): Promise<SpillwayProcess> {
-  const child = spawnSpillwayRaw(args, env);
+  const child = spawnSpillwayRaw(args, env, prefix);
   const output: string[] = [];
   let running = true;
   const exited = new Promise<number | string>((resolve) => {
