@@ -31,9 +31,9 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { join } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { readListening } from '../test/integration/spillway-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -428,30 +428,7 @@ async function startProcess(
 ): Promise<Running> {
   const child = spawnPinned(args, cpus, ['ignore', 'pipe', 'pipe']);
   const output: string[] = [];
-  createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
-  const listening = await new Promise<Record<string, unknown>>((resolve, reject) => {
-    const timer = setTimeout(
-      () => reject(new Error(`${name} did not listen:\n${output.join('\n')}`)),
-      timeoutMs,
-    );
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      reject(new Error(`${name} exited (${code}) before listening:\n${output.join('\n')}`));
-    });
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      if (output.length < 200) output.push(line);
-      if (!line.includes('"listening"')) return;
-      try {
-        const parsed = JSON.parse(line) as Record<string, unknown>;
-        if (parsed.msg === 'listening') {
-          clearTimeout(timer);
-          resolve(parsed);
-        }
-      } catch {
-        // not a log line
-      }
-    });
-  });
+  const listening = await readListening(name, child, output, timeoutMs);
   return { name, child, listening, output };
 }
 

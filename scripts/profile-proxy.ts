@@ -21,9 +21,9 @@ import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
-import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { readListening } from '../test/integration/spillway-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -136,28 +136,7 @@ async function startProcess(
     env: { ...process.env, NODE_OPTIONS: '', ...env },
   });
   children.push(child);
-  const output: string[] = [];
-  createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
-  const listening = await new Promise<Record<string, unknown>>((done, fail) => {
-    const timer = setTimeout(() => fail(new Error(`${name} did not listen:\n${output.join('\n')}`)), 60_000);
-    child.once('exit', (code) => {
-      clearTimeout(timer);
-      fail(new Error(`${name} exited (${code}) before listening:\n${output.join('\n')}`));
-    });
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      if (output.length < 200) output.push(line);
-      if (!line.includes('"listening"')) return;
-      try {
-        const parsed = JSON.parse(line) as Record<string, unknown>;
-        if (parsed.msg === 'listening') {
-          clearTimeout(timer);
-          done(parsed);
-        }
-      } catch {
-        // not a log line
-      }
-    });
-  });
+  const listening = await readListening(name, child, [], 60_000);
   return { child, listening };
 }
 

@@ -52,36 +52,15 @@ export async function startSpillway(
       resolve(code ?? signal ?? 'unknown');
     });
   });
-  createInterface({ input: child.stderr! }).on('line', (line) => output.push(`[stderr] ${line}`));
-  const listening = new Promise<{ grpc?: string; ops: string }>((resolve, reject) => {
-    createInterface({ input: child.stdout! }).on('line', (line) => {
-      output.push(line);
-      if (!line.includes('"listening"')) return;
-      try {
-        const parsed = JSON.parse(line) as { msg?: string; grpc?: string; ops?: string };
-        if (parsed.msg === 'listening' && parsed.ops) resolve({ grpc: parsed.grpc, ops: parsed.ops });
-      } catch {
-        // not a log line
-      }
-    });
-    void exited.then((code) =>
-      reject(new Error(`${name} exited (${code}) before listening:\n${output.join('\n')}`)),
-    );
-  });
-  let timer: NodeJS.Timeout | undefined;
-  const timeout = new Promise<never>((_, reject) => {
-    timer = setTimeout(
-      () => reject(new Error(`${name} did not listen within ${timeoutMs} ms:\n${output.join('\n')}`)),
-      timeoutMs,
-    );
-  });
   try {
-    const { grpc, ops } = await Promise.race([listening, timeout]);
+    const listening = await readListening(name, child, output, timeoutMs);
+    if (typeof listening.ops !== 'string')
+      throw new Error(`${name}: no ops address in ${JSON.stringify(listening)}`);
     return {
       name,
       child,
-      grpc,
-      ops,
+      grpc: typeof listening.grpc === 'string' ? listening.grpc : undefined,
+      ops: listening.ops,
       output,
       exited,
       get running() {
@@ -91,9 +70,47 @@ export async function startSpillway(
   } catch (error) {
     child.kill('SIGKILL');
     throw error;
-  } finally {
-    clearTimeout(timer);
   }
+}
+
+/**
+ * Resolves with the fields of `child`'s first `listening` log line (a JSON line on stdout, the
+ * shape every spillway process and the benchmarks' helper roles print); rejects when the child exits
+ * first or stays silent for `timeoutMs`, with its output in the message. Appends every stdout and
+ * stderr line of the child to `output` as it comes, for as long as it runs (tests read log lines
+ * from it).
+ */
+export function readListening(
+  name: string,
+  child: ChildProcess,
+  output: string[],
+  timeoutMs: number,
+): Promise<Record<string, unknown>> {
+  const keep = (line: string) => output.push(line);
+  createInterface({ input: child.stderr! }).on('line', (line) => keep(`[stderr] ${line}`));
+  return new Promise<Record<string, unknown>>((resolve, reject) => {
+    const timer = setTimeout(
+      () => reject(new Error(`${name} did not listen within ${timeoutMs} ms:\n${output.join('\n')}`)),
+      timeoutMs,
+    );
+    child.once('exit', (code, signal) => {
+      clearTimeout(timer);
+      reject(new Error(`${name} exited (${code ?? signal}) before listening:\n${output.join('\n')}`));
+    });
+    createInterface({ input: child.stdout! }).on('line', (line) => {
+      keep(line);
+      if (!line.includes('"listening"')) return;
+      try {
+        const parsed = JSON.parse(line) as Record<string, unknown>;
+        if (parsed.msg === 'listening') {
+          clearTimeout(timer);
+          resolve(parsed);
+        }
+      } catch {
+        // not a log line
+      }
+    });
+  });
 }
 
 /** SIGTERM, then SIGKILL after `graceMs`; resolves with how it ended. */
