@@ -1,5 +1,6 @@
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
+import { after } from 'node:test';
 import { Registry } from 'prom-client';
 import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
 import { createProxyMetrics } from '../../src/http/proxy/proxy-metrics.js';
@@ -16,8 +17,10 @@ export interface Upstream {
   close(): Promise<void>;
 }
 
+export type UpstreamHandler = (req: IncomingMessage, res: ServerResponse) => void;
+
 export async function startUpstream(
-  handler: (req: IncomingMessage, res: ServerResponse) => void = (_req, res) => res.end('ok'),
+  handler: UpstreamHandler = (_req, res) => res.end('ok'),
 ): Promise<Upstream> {
   const upstream: Upstream = {
     server: createServer((req, res) => {
@@ -64,6 +67,41 @@ export async function startTestProxy(upstreamUrl: string, rulesBody: string): Pr
       await backend.close();
     },
   };
+}
+
+/**
+ * A test file's proxies and upstreams, all closed (newest first) once the file's tests are done.
+ * Create one at the top level of the file.
+ */
+export class ProxyFixtures {
+  readonly #closers: (() => Promise<void>)[] = [];
+
+  constructor() {
+    after(async () => {
+      for (const close of this.#closers.reverse()) await close();
+    });
+  }
+
+  /** Close these after the file's tests. */
+  track(...closers: (() => Promise<void>)[]): void {
+    this.#closers.push(...closers);
+  }
+
+  /**
+   * A proxy from `rulesBody` in front of `upstream`: one already running, a new one with this
+   * handler, or a new one answering 200 "ok". `upstreamUrlSuffix` is appended to the upstream line
+   * of the rules (e.g. extra upstream options).
+   */
+  async start(
+    rulesBody: string,
+    upstream?: Upstream | UpstreamHandler,
+    upstreamUrlSuffix = '',
+  ): Promise<{ upstream: Upstream; proxy: TestProxy }> {
+    const up = typeof upstream === 'object' ? upstream : await startUpstream(upstream);
+    const proxy = await startTestProxy(`${up.url}${upstreamUrlSuffix}`, rulesBody);
+    this.track(proxy.close, up.close);
+    return { upstream: up, proxy };
+  }
 }
 
 export interface SimpleResponse {

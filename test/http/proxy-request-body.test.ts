@@ -1,33 +1,21 @@
 import assert from 'node:assert/strict';
-import { type IncomingMessage, request, type ServerResponse } from 'node:http';
-import { after, describe, it } from 'node:test';
+import { type IncomingMessage, request } from 'node:http';
+import { describe, it } from 'node:test';
 import {
   metricValue,
+  ProxyFixtures,
   send,
-  startTestProxy,
-  startUpstream,
   type TestProxy,
-  type Upstream,
+  type UpstreamHandler,
   until,
 } from './proxy-harness.js';
 
 // How the proxy streams a request body to the upstream: Expect: 100-continue, a client that
 // leaves mid-upload, an upstream that fails mid-upload, and one that answers before reading it.
 
-const cleanups: (() => Promise<void>)[] = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
-
-async function setup(
-  handler: (req: IncomingMessage, res: ServerResponse) => void,
-  buckets = 'buckets: []\n',
-): Promise<{ upstream: Upstream; proxy: TestProxy }> {
-  const upstream = await startUpstream(handler);
-  const proxy = await startTestProxy(upstream.url, `backend:\n  kind: local\n${buckets}`);
-  cleanups.push(proxy.close, upstream.close);
-  return { upstream, proxy };
-}
+const fixtures = new ProxyFixtures();
+const setup = (handler: UpstreamHandler, buckets = 'buckets: []\n') =>
+  fixtures.start(`backend:\n  kind: local\n${buckets}`, handler);
 
 function outcome(proxy: TestProxy, name: string): Promise<number> {
   return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });

@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
-import { type IncomingMessage, request, type ServerResponse } from 'node:http';
-import { after, describe, it } from 'node:test';
+import { type IncomingMessage, request } from 'node:http';
+import { describe, it } from 'node:test';
 import {
   metricValue,
+  ProxyFixtures,
   send,
-  startTestProxy,
-  startUpstream,
   type TestProxy,
-  type Upstream,
+  type UpstreamHandler,
   until,
 } from './proxy-harness.js';
 
@@ -15,22 +14,11 @@ import {
 // fails mid-body, a client that leaves mid-body or while its request waits for a connection,
 // informational responses, HEAD, and how each outcome is counted.
 
-const cleanups: (() => Promise<void>)[] = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
-
 const LOCAL = 'backend:\n  kind: local\nbuckets: []\n';
 
-async function setup(
-  handler: (req: IncomingMessage, res: ServerResponse) => void,
-  upstreamOptions = '',
-): Promise<{ upstream: Upstream; proxy: TestProxy }> {
-  const upstream = await startUpstream(handler);
-  const proxy = await startTestProxy(`${upstream.url}${upstreamOptions}`, LOCAL);
-  cleanups.push(proxy.close, upstream.close);
-  return { upstream, proxy };
-}
+const fixtures = new ProxyFixtures();
+const setup = (handler: UpstreamHandler, upstreamOptions = '') =>
+  fixtures.start(LOCAL, handler, upstreamOptions);
 
 function outcome(proxy: TestProxy, name: string): Promise<number> {
   return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });

@@ -2,32 +2,20 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createServer as createNetServer } from 'node:net';
-import { after, describe, it } from 'node:test';
+import { describe, it } from 'node:test';
 import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import {
   metricValue,
+  ProxyFixtures,
   send,
   startTestProxy,
   startUpstream,
-  type TestProxy,
   type Upstream,
   until,
 } from './proxy-harness.js';
 
-const cleanups: (() => Promise<void>)[] = [];
-after(async () => {
-  for (const cleanup of cleanups.reverse()) await cleanup();
-});
-
-async function setup(
-  rulesBody: string,
-  upstream?: Upstream,
-): Promise<{ upstream: Upstream; proxy: TestProxy }> {
-  const up = upstream ?? (await startUpstream());
-  const proxy = await startTestProxy(up.url, rulesBody);
-  cleanups.push(proxy.close, up.close);
-  return { upstream: up, proxy };
-}
+const fixtures = new ProxyFixtures();
+const setup = (rulesBody: string, upstream?: Upstream) => fixtures.start(rulesBody, upstream);
 
 const LOCAL = 'backend:\n  kind: local\n';
 
@@ -274,7 +262,7 @@ describe('spillway proxy: forwarding', () => {
     const port = (closed.address() as AddressInfo).port;
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     const proxy = await startTestProxy(`http://127.0.0.1:${port}`, `${LOCAL}buckets: []\n`);
-    cleanups.push(proxy.close);
+    fixtures.track(proxy.close);
     const response = await send(`${proxy.base}/`, { method: 'POST', body: 'payload' });
     assert.equal(response.status, 502);
     const body = JSON.parse(response.body) as { error: string; message: string };
@@ -287,7 +275,7 @@ describe('spillway proxy: forwarding', () => {
       // never answers
     });
     const proxy = await startTestProxy(`${upstream.url}\n  headersTimeoutMs: 300`, `${LOCAL}buckets: []\n`);
-    cleanups.push(proxy.close, upstream.close);
+    fixtures.track(proxy.close, upstream.close);
     const response = await send(`${proxy.base}/slow`);
     assert.equal(response.status, 504);
     assert.deepEqual(JSON.parse(response.body), {
