@@ -2,7 +2,15 @@ import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import { type FaultProxy, startFaultProxy } from '../helpers/fault-proxy.js';
 import { type SpillwayProcess, scrape, stopSpillway, waitFor } from '../integration/spillway-process.js';
-import { Fleet, type HostReading, type HostSpec, impliedAdmittedRps, readHost, sleep } from './fleet.js';
+import {
+  Fleet,
+  type HostReading,
+  type HostSpec,
+  impliedAdmittedRps,
+  readHost,
+  sleep,
+  watchServing as watchHostsServing,
+} from './fleet.js';
 
 // Faults between and inside the tiers of a real fleet on loopback: hosts -> [proxy HA] -> aggregator
 // -> [proxy AC] -> controller, every one its own process speaking gRPC. The proxies inject network
@@ -63,42 +71,13 @@ describe('control plane faults across real processes', { timeout: 180_000 }, () 
     return performance.now() - startedMs;
   }
 
-  /**
-   * Polls every host for `durationMs`, asserting on every reading that the host is up and admitting
-   * and, from IN_FLIGHT_MS to `holdUntilMs`, that it applies exactly one ratio (held, not decayed).
-   */
+  /** The fleet's hosts under a fault (`watchServing`), then each one's /healthz. */
   async function watchServing(durationMs: number, holdUntilMs: number) {
-    const startedMs = performance.now();
-    let previous = await readHosts();
-    let held: HostReading[] | undefined;
-    const series: { atMs: number; readings: HostReading[] }[] = [];
-    while (performance.now() - startedMs < durationMs) {
-      await sleep(250);
-      const readings = await readHosts();
-      const atMs = performance.now() - startedMs;
-      readings.forEach((r, i) => {
-        assert.ok(hosts[i]!.running, `${r.id} is running`);
-        assert.ok(r.admitted > previous[i]!.admitted, `${r.id} keeps admitting (${atMs.toFixed(0)} ms in)`);
-        assert.ok(r.offered > previous[i]!.offered, `${r.id} keeps deciding`);
-        // No directive arrives through the fault; the applied ratio is held until the stale
-        // policy acts. The host may still rescale its ratio by its own rate change (local
-        // rescale; on a loaded CI machine the load generator's rate wobbles), hence the band; the
-        // decay, 10% of the ratio per second, and a fail-open (0) both fall out of it.
-        if (held) {
-          assert.equal(r.dropRatio, held[i]!.dropRatio, `${r.id} got no directive through the fault`);
-        }
-        if (held && atMs < holdUntilMs) {
-          assert.ok(
-            Math.abs(r.effectiveRatio - held[i]!.effectiveRatio) <= 0.2 * held[i]!.effectiveRatio,
-            `${r.id} holds its ratio ${held[i]!.effectiveRatio} at ${atMs.toFixed(0)} ms, applies ${r.effectiveRatio}`,
-          );
-        }
-        assert.ok(r.effectiveRatio > 0 || atMs > holdUntilMs, `${r.id} still applies a ratio`);
-      });
-      if (!held && atMs >= IN_FLIGHT_MS) held = readings;
-      series.push({ atMs, readings });
-      previous = readings;
-    }
+    const { series } = await watchHostsServing(hosts, readHosts, {
+      durationMs,
+      holdUntilMs,
+      inFlightMs: IN_FLIGHT_MS,
+    });
     for (const p of hosts) {
       const health = await fetch(`http://${p.ops}/healthz`);
       assert.equal(health.status, 200, `${p.name} healthy`);

@@ -1,3 +1,4 @@
+import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -170,4 +171,50 @@ export async function readHost(id: string, process: SpillwayProcess): Promise<Ho
  */
 export function impliedAdmittedRps(hosts: readonly HostSpec[], readings: readonly HostReading[]): number {
   return readings.reduce((sum, r, i) => sum + hosts[i]!.rps * (1 - r.effectiveRatio), 0);
+}
+
+export interface ServingReadings {
+  atMs: number;
+  readings: HostReading[];
+}
+
+/**
+ * Polls the hosts every 250 ms for `durationMs` while a fault is in force, asserting on every
+ * reading that each host runs and decides (offered and admitted grow); that after `inFlightMs`
+ * (reports already on their way) no directive arrives through the fault; and until `holdUntilMs`
+ * that each applies the ratio it held. The band of 20% is local rescale's: a host may rescale its
+ * ratio by its own rate change (on a loaded CI machine the load generator's rate wobbles); the
+ * decay, 10% of the ratio per second, and a fail-open (0) both fall out of it.
+ */
+export async function watchServing(
+  hosts: readonly SpillwayProcess[],
+  readHosts: () => Promise<HostReading[]>,
+  { durationMs, holdUntilMs, inFlightMs }: { durationMs: number; holdUntilMs: number; inFlightMs: number },
+): Promise<{ series: ServingReadings[]; held: HostReading[] }> {
+  const startedMs = performance.now();
+  let previous = await readHosts();
+  let held: HostReading[] | undefined;
+  const series: ServingReadings[] = [];
+  while (performance.now() - startedMs < durationMs) {
+    await sleep(250);
+    const readings = await readHosts();
+    const atMs = performance.now() - startedMs;
+    readings.forEach((r, i) => {
+      assert.ok(hosts[i]!.running, `${r.id} is running`);
+      assert.ok(r.admitted > previous[i]!.admitted, `${r.id} keeps admitting (${atMs.toFixed(0)} ms in)`);
+      assert.ok(r.offered > previous[i]!.offered, `${r.id} keeps deciding`);
+      if (held) assert.equal(r.dropRatio, held[i]!.dropRatio, `${r.id} got no directive through the fault`);
+      if (held && atMs < holdUntilMs) {
+        assert.ok(
+          Math.abs(r.effectiveRatio - held[i]!.effectiveRatio) <= 0.2 * held[i]!.effectiveRatio,
+          `${r.id} holds its ratio ${held[i]!.effectiveRatio} at ${atMs.toFixed(0)} ms, applies ${r.effectiveRatio}`,
+        );
+      }
+      assert.ok(r.effectiveRatio > 0 || atMs > holdUntilMs, `${r.id} still applies a ratio`);
+    });
+    if (!held && atMs >= inFlightMs) held = readings;
+    series.push({ atMs, readings });
+    previous = readings;
+  }
+  return { series, held: held ?? [] };
 }

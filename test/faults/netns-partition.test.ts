@@ -11,6 +11,7 @@ import {
   impliedAdmittedRps,
   readHost,
   sleep,
+  watchServing as watchHostsServing,
 } from './fleet.js';
 
 // Real network partitions between the tiers of a fleet of `spillway` processes. The hosts run in
@@ -213,40 +214,14 @@ test('network partitions between tiers in network namespaces', { timeout: 120_00
     return { ms: performance.now() - startedMs, firstReportMs: firstReportMs as number[] };
   }
 
-  /**
-   * Polls the hosts for `durationMs`, asserting on every reading that each host runs and decides
-   * (offered and admitted grow), gets no directive after IN_FLIGHT_MS, and until `holdUntilMs`
-   * applies the ratio it held (up to local rescale's band).
-   */
-  async function watchServing(durationMs: number, holdUntilMs: number) {
-    const startedMs = performance.now();
-    let previous = await readHosts();
-    let held: HostReading[] | undefined;
-    const series: { atMs: number; readings: HostReading[] }[] = [];
-    while (performance.now() - startedMs < durationMs) {
-      await sleep(250);
-      const readings = await readHosts();
-      const atMs = performance.now() - startedMs;
-      readings.forEach((r, i) => {
-        assert.ok(hosts[i]!.running, `${r.id} is running`);
-        assert.ok(r.admitted > previous[i]!.admitted, `${r.id} keeps admitting (${atMs.toFixed(0)} ms in)`);
-        assert.ok(r.offered > previous[i]!.offered, `${r.id} keeps deciding`);
-        if (held)
-          assert.equal(r.dropRatio, held[i]!.dropRatio, `${r.id} got no directive through the partition`);
-        if (held && atMs < holdUntilMs) {
-          assert.ok(
-            Math.abs(r.effectiveRatio - held[i]!.effectiveRatio) <= 0.2 * held[i]!.effectiveRatio,
-            `${r.id} holds its ratio ${held[i]!.effectiveRatio} at ${atMs.toFixed(0)} ms, applies ${r.effectiveRatio}`,
-          );
-        }
-        assert.ok(r.effectiveRatio > 0 || atMs > holdUntilMs, `${r.id} still applies a ratio`);
-      });
-      if (!held && atMs >= IN_FLIGHT_MS) held = readings;
-      series.push({ atMs, readings });
-      previous = readings;
-    }
-    return { series, held: held!.map((r) => r.effectiveRatio) };
-  }
+  const watchServing = async (durationMs: number, holdUntilMs: number) => {
+    const { series, held } = await watchHostsServing(hosts, readHosts, {
+      durationMs,
+      holdUntilMs,
+      inFlightMs: IN_FLIGHT_MS,
+    });
+    return { series, held: held.map((r) => r.effectiveRatio) };
+  };
 
   /** The senders' TCP sockets to the far end of `links`, counted by state (`ESTAB`, `SYN-SENT`, ...). */
   const socketStates = (links: VethLink[]) => {
