@@ -34,6 +34,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { readListening } from '../test/integration/spillway-process.js';
+import { cpuSeconds, runOkUpstream } from './http-probes.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -67,18 +68,6 @@ const OPEN_LOOP_CONNECTIONS = 256;
 
 // ---------------------------------------------------------------------------------------------
 // Child roles
-
-/** The upstream: 200 "ok" to everything, keep-alive. */
-async function runUpstream(): Promise<void> {
-  const server = http.createServer((req, res) => {
-    req.resume();
-    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' });
-    res.end('ok');
-  });
-  server.keepAliveTimeout = 60_000;
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
-  announce({ http: `127.0.0.1:${(server.address() as AddressInfo).port}` });
-}
 
 type ExpressVariant = 'bare' | 'rlf-redis' | 'spillway-global' | 'spillway-redis';
 
@@ -533,25 +522,6 @@ interface CaseRound {
   /** CPU time (user + system) of the case's process per request, in µs. */
   fixedCpuUsPerRequest: number;
   maxCpuUsPerRequest: number;
-}
-
-const CLOCK_TICKS_PER_SEC = Number(spawnSync('getconf', ['CLK_TCK']).stdout?.toString().trim()) || 100;
-
-/**
- * CPU seconds (user + system) a process has used so far, from /proc/<pid>/stat; NaN where /proc is
- * missing. CPU per request moves far less with other load on the machine than latency does, so it
- * shows what a decision costs even when wall-clock figures are noisy.
- */
-function cpuSeconds(pid: number | undefined): number {
-  if (pid === undefined) return Number.NaN;
-  try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-    // Fields after the command name (which may contain spaces) start at state, field 3.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SEC;
-  } catch {
-    return Number.NaN;
-  }
 }
 
 function median(values: number[]): number {
@@ -1216,7 +1186,7 @@ async function main(): Promise<void> {
 }
 
 const role = process.argv[2];
-if (role === 'upstream') await runUpstream();
+if (role === 'upstream') await runOkUpstream();
 else if (role === 'express') await runExpress(process.argv.slice(3));
 else if (role === 'loadgen') await runLoadgen(process.argv.slice(3));
 else if (role === 'openloop') await runOpenLoop(process.argv.slice(3));

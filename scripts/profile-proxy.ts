@@ -14,21 +14,19 @@
 // bucket. With --cpu-prof, the proxy runs under `node --cpu-prof` and its profile (startup and
 // warmup included) is summarized after it exits. --body-bytes N sends POSTs with an N-byte body
 // instead of GETs. Linux only (/proc).
-import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
-import http from 'node:http';
 import { createRequire } from 'node:module';
-import type { AddressInfo } from 'node:net';
 import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
+import { cpuSeconds, runOkUpstream } from '../bench/http-probes.js';
 import { readListening } from '../test/integration/spillway-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 const HIGH_LIMIT = 1_000_000_000;
-const CLOCK_TICKS_PER_SEC = Number(spawnSync('getconf', ['CLK_TCK']).stdout?.toString().trim()) || 100;
 
 type CaseId = 'upstream' | 'bare' | 'local' | 'global';
 
@@ -44,19 +42,6 @@ interface LoadResult {
 
 // ---------------------------------------------------------------------------------------------
 // Child roles
-
-async function runUpstream(): Promise<void> {
-  const server = http.createServer((req, res) => {
-    req.resume();
-    res.writeHead(200, { 'content-type': 'text/plain', 'content-length': '2' });
-    res.end('ok');
-  });
-  server.keepAliveTimeout = 60_000;
-  await new Promise<void>((done) => server.listen(0, '127.0.0.1', done));
-  process.stdout.write(
-    `${JSON.stringify({ msg: 'listening', http: `127.0.0.1:${(server.address() as AddressInfo).port}` })}\n`,
-  );
-}
 
 type Autocannon = (
   options: Record<string, unknown>,
@@ -177,12 +162,6 @@ async function load(
   const code = await new Promise<number | null>((done) => child.once('exit', done));
   if (code !== 0) throw new Error(`loadgen exited ${code}: ${stdout}`);
   return JSON.parse(stdout.trim().split('\n').at(-1)!) as LoadResult;
-}
-
-function cpuSeconds(pid: number): number {
-  const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
-  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-  return (Number(fields[11]) + Number(fields[12])) / CLOCK_TICKS_PER_SEC;
 }
 
 async function measure(
@@ -489,7 +468,7 @@ function summarize(file: string, top: number): void {
 }
 
 const [role, ...rest] = process.argv.slice(2);
-if (role === 'upstream') await runUpstream();
+if (role === 'upstream') await runOkUpstream();
 else if (role === 'loadgen') await runLoadgen(rest);
 else if (role === 'summarize') {
   const { values, positionals } = parseArgs({
