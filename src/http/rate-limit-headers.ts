@@ -85,9 +85,14 @@ export function rateLimitHeaders(
 ): Record<string, string> {
   const headers: Record<string, string> = {};
   if (decisions.length === 0) return headers;
-  const entries: RateLimitEntry[] = [];
+  // Built as strings in one pass (no per-call arrays): the proxy calls this for every request.
+  let policyField = '';
+  let limitField = '';
   let retryAfterMs = -1;
-  for (const { policy, decision } of decisions) {
+  for (let i = 0; i < decisions.length; i++) {
+    const { policy, decision } = decisions[i]!;
+    const text = policyText(policy);
+    policyField = i === 0 ? text.member : `${policyField}, ${text.member}`;
     let resetMs = Math.max(0, decision.resetAtMs - nowMs);
     if (!decision.allowed) {
       const waitMs = Math.max(0, decision.retryAfterMs);
@@ -96,13 +101,73 @@ export function rateLimitHeaders(
     } else if (decision.limit === 0) {
       continue;
     }
-    const remaining = decision.allowed ? Math.min(Math.max(0, decision.remaining), policy.limit) : 0;
-    entries.push({ name: policy.name, remaining, resetSec: resetMs / 1000 });
+    const remaining = sfInteger(
+      decision.allowed ? Math.min(Math.max(0, decision.remaining), policy.limit) : 0,
+      'floor',
+    );
+    const member = text.rateLimitMember(remaining, sfInteger(resetMs / 1000, 'ceil'));
+    limitField = limitField === '' ? member : `${limitField}, ${member}`;
   }
-  headers['RateLimit-Policy'] = formatRateLimitPolicy(decisions.map((d) => d.policy));
-  if (entries.length > 0) headers.RateLimit = formatRateLimit(entries);
+  headers['RateLimit-Policy'] = policyField;
+  if (limitField !== '') headers.RateLimit = limitField;
   if (retryAfterMs >= 0) headers['Retry-After'] = String(retryAfterSeconds(retryAfterMs));
   return headers;
+}
+
+/**
+ * One policy's formatted text. `rateLimitMember` keeps its last `RateLimit` member: for the global
+ * limiter (remaining is the bucket's limit) and for any bucket under light load the rounded
+ * numbers repeat request after request, and the string need not be rebuilt.
+ */
+class PolicyText {
+  /** The policy's name as an sf-string. */
+  readonly sfName: string;
+  /** Its `RateLimit-Policy` member. */
+  readonly member: string;
+  #lastRemaining = -1;
+  #lastResetSec = -1;
+  #lastMember = '';
+
+  constructor(
+    readonly name: string,
+    readonly limit: number,
+    readonly windowSec: number,
+  ) {
+    this.sfName = sfString(name);
+    this.member = `${this.sfName};q=${sfInteger(limit, 'floor')};w=${sfInteger(windowSec, 'ceil')}`;
+  }
+
+  /** Integers, already rounded. */
+  rateLimitMember(remaining: number, resetSec: number): string {
+    if (remaining !== this.#lastRemaining || resetSec !== this.#lastResetSec) {
+      this.#lastMember = `${this.sfName};r=${remaining};t=${resetSec}`;
+      this.#lastRemaining = remaining;
+      this.#lastResetSec = resetSec;
+    }
+    return this.#lastMember;
+  }
+}
+
+/**
+ * A policy's formatted text, kept per policy object: a caller's policies are its configuration,
+ * the same objects request after request. Checked against the policy's fields on every use, so a
+ * policy object changed in place is formatted afresh rather than served stale.
+ */
+const policyTexts = new WeakMap<RateLimitPolicy, PolicyText>();
+
+function policyText(policy: RateLimitPolicy): PolicyText {
+  const cached = policyTexts.get(policy);
+  if (
+    cached !== undefined &&
+    cached.name === policy.name &&
+    cached.limit === policy.limit &&
+    cached.windowSec === policy.windowSec
+  ) {
+    return cached;
+  }
+  const text = new PolicyText(policy.name, policy.limit, policy.windowSec);
+  policyTexts.set(policy, text);
+  return text;
 }
 
 /** An sf-string: printable ASCII only, with `"` and `\` escaped; anything else is dropped. */

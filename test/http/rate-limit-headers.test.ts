@@ -109,4 +109,34 @@ describe('rateLimitHeaders', () => {
     assert.equal(headers['Retry-After'], '1');
     assert.equal(headers.RateLimit, '"burst";r=0;t=1');
   });
+
+  it('formats from cached text per policy object, and a policy changed in place is formatted afresh', () => {
+    const policy = { name: 'api', limit: 100, windowSec: 60 };
+    const at = (remaining: number, resetAtMs: number) =>
+      rateLimitHeaders([{ policy, decision: decision({ remaining, resetAtMs }) }], NOW);
+    assert.deepEqual(at(50, NOW + 5_000), {
+      'RateLimit-Policy': '"api";q=100;w=60',
+      RateLimit: '"api";r=50;t=5',
+    });
+    assert.equal(at(50, NOW + 5_000).RateLimit, '"api";r=50;t=5');
+    assert.equal(at(49, NOW + 5_000).RateLimit, '"api";r=49;t=5');
+    assert.equal(at(49, NOW + 4_000).RateLimit, '"api";r=49;t=4');
+    policy.limit = 40;
+    policy.name = 'api-v2';
+    assert.deepEqual(at(49, NOW + 4_000), {
+      'RateLimit-Policy': '"api-v2";q=40;w=60',
+      RateLimit: '"api-v2";r=40;t=4',
+    });
+    // Two policy objects with the same name keep their own text.
+    const twin = { name: 'api-v2', limit: 7, windowSec: 1 };
+    const both = rateLimitHeaders(
+      [
+        { policy, decision: decision({ remaining: 3, resetAtMs: NOW + 1_000 }) },
+        { policy: twin, decision: decision({ remaining: 3, resetAtMs: NOW + 1_000 }) },
+      ],
+      NOW,
+    );
+    assert.equal(both['RateLimit-Policy'], '"api-v2";q=40;w=60, "api-v2";q=7;w=1');
+    assert.equal(both.RateLimit, '"api-v2";r=3;t=1, "api-v2";r=3;t=1');
+  });
 });
