@@ -335,8 +335,19 @@ buckets:
       Math.abs(heldShare - steadyShare) <= 0.1,
       `429 share held: ${percent(heldShare)} vs ${percent(steadyShare)}`,
     );
+    // The clients see what the proxy applies: in the last 2 s the 429 share follows the decaying
+    // ratio read from the proxy in the same window (400 requests: ~2.5 points of binomial spread).
+    // Compared with a fixed fraction of the held share instead, a decay that starts late within its
+    // bounds on a loaded machine failed a correct proxy (CI: 30.1% after 38.5%).
+    const lastApplied = readings.filter((r) => r.atMs >= OUTAGE_MS - 2_000);
+    const appliedLast =
+      lastApplied.reduce((sum, r) => sum + r.reading.effectiveRatio, 0) / lastApplied.length;
     assert.ok(
-      lastShare <= 0.75 * heldShare,
+      Math.abs(lastShare - appliedLast) <= 0.08,
+      `429 share in the last 2 s ${percent(lastShare)} follows the applied ratio ${percent(appliedLast)}`,
+    );
+    assert.ok(
+      lastShare <= heldShare - 0.05,
       `429 share decays: ${percent(lastShare)} after ${percent(heldShare)}`,
     );
 
