@@ -394,7 +394,18 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       const res = this.res;
       const responseHeaders = clientResponseHeaders(headers);
       const limitHeaders = this.limitHeaders;
-      if (limitHeaders['RateLimit-Policy'] !== undefined) {
+      const ourPolicy = limitHeaders['RateLimit-Policy'];
+      if (
+        ourPolicy !== undefined &&
+        responseHeaders['ratelimit-policy'] === undefined &&
+        responseHeaders.ratelimit === undefined
+      ) {
+        // The usual case: the upstream sent no RateLimit fields. Added without the merge, and
+        // without `delete`, which would turn the header object into a slow dictionary for writeHead.
+        responseHeaders['RateLimit-Policy'] = ourPolicy;
+        const ourLimit = limitHeaders.RateLimit;
+        if (ourLimit !== undefined) responseHeaders.RateLimit = ourLimit;
+      } else if (ourPolicy !== undefined) {
         const merged = mergeRateLimitFields(
           { policy: limitHeaders['RateLimit-Policy'], limit: limitHeaders.RateLimit },
           { policy: responseHeaders['ratelimit-policy'], limit: responseHeaders.ratelimit },
