@@ -55,6 +55,9 @@ const REMOTE_REDIS_DELAY_MS = Number(process.env.BENCH_REMOTE_REDIS_DELAY_MS ?? 
 const UPSTREAM_SOCKETS = 128;
 /** The pairs whose ratios are the targets, run interleaved (see "paired runs" in main). */
 const TARGET_PAIRS: [string, string][] = [
+  // A/A control: two identical bare proxies. What this comparison reports when nothing differs is
+  // the floor under every "added" figure below (process placement, the VM's stalls, sampling).
+  ['proxy-bare-twin', 'proxy-bare'],
   ['proxy-global', 'proxy-bare'],
   ['express-spillway-global', 'express-bare'],
   ['proxy-global', 'proxy-redis'],
@@ -769,6 +772,12 @@ async function main(): Promise<void> {
       proxyRules(upstreamAddress, ['kind: local'], []),
     );
     await proxyCase(
+      'proxy-bare-twin',
+      'spillway proxy, no buckets (a second process: the A/A control)',
+      'loadgen → a second, identical bare proxy → upstream',
+      proxyRules(upstreamAddress, ['kind: local'], []),
+    );
+    await proxyCase(
       'proxy-global',
       'spillway proxy + global',
       'loadgen → proxy (global backend, one bucket, decided in process) → upstream',
@@ -982,9 +991,13 @@ async function main(): Promise<void> {
       const values = list.map(({ a, b }) => stat(a, b));
       return { value: median(values), low: Math.min(...values), high: Math.max(...values) };
     };
-    const addedOver = (name: string, id: string, baseId: string) => {
+    const addedOver = (name: string, id: string, baseId: string, control = false) => {
       const r = pairedStat(id, baseId, (a, b) => a.latency2xx.p99Us / b.latency2xx.p99Us - 1);
-      ratios.push({ name, ...r, target: '<= +5%', met: r.value === undefined ? undefined : r.value <= 0.05 });
+      ratios.push(
+        control
+          ? { name, ...r, target: '(control: ideally 0)', met: undefined }
+          : { name, ...r, target: '<= +5%', met: r.value === undefined ? undefined : r.value <= 0.05 },
+      );
       const us = pairedStat(id, baseId, (a, b) => a.latency2xx.p99Us - b.latency2xx.p99Us);
       ratios.push({ name: `${name}, absolute`, ...us, target: '(context)', met: undefined, unit: 'us' });
     };
@@ -998,6 +1011,12 @@ async function main(): Promise<void> {
         unit: 'lower',
       });
     };
+    addedOver(
+      'A/A control: p99 of a second bare proxy over the bare proxy',
+      'proxy-bare-twin',
+      'proxy-bare',
+      true,
+    );
     addedOver('p99 of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
     addedOver(
       'p99 of express + spillway global over bare express',
@@ -1131,6 +1150,9 @@ async function main(): Promise<void> {
       `interleaved at random in the same ${DURATION_S} s (each at ${n(RATE, 0)} req/s), so a stall of the machine`,
       '(this is a VM; its tail moves by milliseconds from run to run, see the table above) hits both sides',
       `of a ratio alike. One ratio per round; the median of ${ROUNDS} rounds and the range.`,
+      'The first row is an A/A control: two identical bare proxies compared the same way. Nothing',
+      'differs between them, so its spread is how far a difference in the rows below can come from',
+      'noise alone (which process the VM stalls, sampling of the tail).',
       '',
       '| comparison | median | range over rounds | target | met |',
       '|---|---:|---|---|---|',
