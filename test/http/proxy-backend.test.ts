@@ -1,7 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
 import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
+import { advance, drive, FakeAggregator } from '../global/fixtures.js';
 
 function globalRules(buckets: string): ReturnType<typeof parseProxyRules> {
   return parseProxyRules(`version: 1
@@ -117,5 +120,87 @@ buckets:
       { bucket: 'per-key', keys: 50, maxKeys: 50, evictions: 30 },
     ]);
     await backend.close();
+  });
+});
+
+describe('proxy backend: global stale policy from the rules file', () => {
+  const rulesWith = (stalePolicy: string) =>
+    parseProxyRules(`version: 1
+upstream:
+  url: http://127.0.0.1:1
+backend:
+  kind: global
+  aggregators: [127.0.0.1:2]
+  zone: z1
+  intervalMs: 500
+${stalePolicy}
+buckets:
+  - name: api
+    limit: 10
+    windowSec: 1
+`);
+
+  /** The ratio the proxy applies `afterTtlMs` past the directive's TTL (3 s), with a 0.5 ratio handed out. */
+  async function ratioAfterTtl(stalePolicy: string, afterTtlMs: number): Promise<number> {
+    const rules = rulesWith(stalePolicy);
+    const clock = new ManualClock(1_000_000);
+    const network = new InMemoryNetwork({ scheduler: clock });
+    const aggregator = new FakeAggregator();
+    network.listen('agg-1', aggregator.handler);
+    const backend = createProxyBackend(rules.backend, {
+      id: 'test',
+      controlClients: [network.connect('agg-1', { from: 'test' })],
+      global: { scheduler: clock, random: seededRandom(1), jitterRatio: 0 },
+    });
+    try {
+      const limiter = backend.limiterFor(rules.buckets[0]!);
+      if (limiter.kind !== 'sync') throw new Error('global limiters are sync');
+      limiter.limit('api');
+      aggregator.set('api', { dropRatio: 0.5, limitRps: 10, ttlMs: 3_000 });
+      const limits = backend.globalLimiter!;
+      await drive(clock, limits.flush());
+      assert.equal(limits.snapshot().buckets[0]?.effectiveRatio, 0.5);
+      // The control plane goes away: every report from now on is refused.
+      aggregator.refuse = new Error('down');
+      limits.start();
+      await advance(clock, 3_000 + afterTtlMs, 50);
+      return limits.snapshot().buckets[0]!.effectiveRatio;
+    } finally {
+      await drive(clock, backend.close());
+    }
+  }
+
+  it('default (absent): held 3 intervals past the TTL, then decays over 10 s', async () => {
+    assert.equal(await ratioAfterTtl('', 1_000), 0.5);
+    const decaying = await ratioAfterTtl('', 1_500 + 5_000);
+    assert.ok(decaying > 0.2 && decaying < 0.3, `half-way through the decay: ${decaying}`);
+  });
+
+  it('open: the ratio drops to 0 as soon as the directive is stale', async () => {
+    assert.equal(await ratioAfterTtl('  stalePolicy: { kind: open }', 600), 0);
+  });
+
+  it('hold: the ratio stays until a new directive, however long', async () => {
+    assert.equal(await ratioAfterTtl('  stalePolicy: { kind: hold }', 60_000), 0.5);
+  });
+
+  it('hold-then-decay with its own hold and decay', async () => {
+    const policy = '  stalePolicy: { kind: hold-then-decay, holdMs: 0, decayMs: 2000 }';
+    const midway = await ratioAfterTtl(policy, 1_000);
+    assert.ok(midway > 0.2 && midway < 0.3, `half-way through a 2 s decay: ${midway}`);
+    assert.equal(await ratioAfterTtl(policy, 2_600), 0);
+  });
+
+  it('refuses an unknown kind or a negative hold, naming the field', () => {
+    assert.throws(
+      () => rulesWith('  stalePolicy: { kind: forever }'),
+      (error: Error & { code?: string }) =>
+        error.code === 'ERR_SPILLWAY_INVALID_CONFIG' && /stalePolicy/.test(error.message),
+    );
+    assert.throws(
+      () => rulesWith('  stalePolicy: { kind: hold-then-decay, holdMs: -1 }'),
+      (error: Error & { code?: string }) =>
+        error.code === 'ERR_SPILLWAY_INVALID_CONFIG' && /stalePolicy\.holdMs/.test(error.message),
+    );
   });
 });

@@ -4,6 +4,7 @@ import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import type { GlobalLimiter, GlobalLimiterOptions } from '../../global/global-limiter.js';
 import { createGlobalLimiter } from '../../global/global-limiter.js';
 import type { GlobalLimiterLogger } from '../../global/reporter.js';
+import { DEFAULT_STALE_HOLD_INTERVALS, type StalePolicy } from '../../global/stale-policy.js';
 import { createKeyedTokenBucket, type KeyedTokenBucket } from '../../local/keyed-token-bucket.js';
 import { createRedisFixedWindow } from '../../redis/redis-fixed-window.js';
 import type { RedisLimiter } from '../../redis/redis-limiter.js';
@@ -172,6 +173,7 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
         region: config.region,
         clients: options.controlClients ?? [],
         intervalMs: config.intervalMs,
+        ...(config.stalePolicy === undefined ? {} : { stalePolicy: stalePolicyOf(config) }),
         logger: options.logger,
         ...options.global,
       });
@@ -207,4 +209,15 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
       };
     }
   }
+}
+
+/** The rules file's stale policy as the global limiter takes it; an absent hold is 3 intervals. */
+function stalePolicyOf(config: Extract<BackendConfig, { kind: 'global' }>): StalePolicy | undefined {
+  const policy = config.stalePolicy;
+  if (policy === undefined || policy.kind !== 'hold-then-decay') return policy;
+  return {
+    kind: 'hold-then-decay',
+    holdMs: policy.holdMs ?? DEFAULT_STALE_HOLD_INTERVALS * config.intervalMs,
+    decayMs: policy.decayMs,
+  };
 }

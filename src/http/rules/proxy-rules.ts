@@ -71,6 +71,22 @@ const backendSchema = z.discriminatedUnion('kind', [
     zone: z.string().min(1),
     region: z.string().min(1).optional(),
     intervalMs: z.number().int().min(50).max(60_000).default(1_000),
+    /**
+     * What the proxy does with a bucket's ratio once its directive is stale (the control plane is
+     * unreachable): docs/proxy.md. Absent: hold 3 intervals, then decay to 0 over 10 s.
+     */
+    stalePolicy: z
+      .discriminatedUnion('kind', [
+        z.strictObject({
+          kind: z.literal('hold-then-decay'),
+          /** Absent: 3 report intervals. */
+          holdMs: z.number().int().min(0).max(3_600_000).optional(),
+          decayMs: z.number().int().min(0).max(3_600_000).default(10_000),
+        }),
+        z.strictObject({ kind: z.literal('hold') }),
+        z.strictObject({ kind: z.literal('open') }),
+      ])
+      .optional(),
   }),
 ]);
 
