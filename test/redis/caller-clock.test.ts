@@ -1,6 +1,7 @@
 // The limiters take time from Redis TIME only. Three "hosts" whose clocks are skewed by minutes
 // (Date.now and performance.now patched in this process) share keys and see one consistent
-// limiter: the same windows, the same counts, and ARGV that carries no time at all.
+// limiter: the same windows, the same counts. The only time in ARGV is each call's deadline, and
+// it is on the Redis clock (learned from replies), so a skewed host's calls are never skipped.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
@@ -133,9 +134,22 @@ describe('caller clocks are never used', {
           `resetAtMs ${d.resetAtMs} outside [${lowMs}, ${highMs}] from Redis time`,
         );
       }
-      // Nothing time-like crosses the wire: every call sent the same configuration and cost.
+      // Every call sent the same configuration and cost. The deadline is 0 until a host's first
+      // reply has shown it the Redis clock, then its timeout (100 ms) ahead of Redis time at the
+      // send, plus the estimate's error (a round trip; 1 s allowed on a loaded machine) and margin
+      // (5 ms): never minutes off.
       assert.ok(sentArgs.length >= 12, 'EVALSHA for each call, plus EVAL after the first NOSCRIPT');
-      for (const args of sentArgs) assert.deepEqual(args, expectedArgs);
+      for (const args of sentArgs) assert.deepEqual(args.slice(0, 3), expectedArgs);
+      const deadlines = sentArgs.map((args) => Number(args[3]));
+      assert.ok(deadlines.filter((d) => d === 0).length <= 2 * hosts.length, `${deadlines}`);
+      for (const deadlineMs of deadlines.filter((d) => d !== 0)) {
+        assert.ok(
+          deadlineMs >= redisBeforeMs + 100 && deadlineMs <= redisAfterMs + 100 + 5 + 1_000,
+          `deadline ${deadlineMs} not on the Redis clock [${redisBeforeMs}, ${redisAfterMs}] + timeoutMs`,
+        );
+      }
+      assert.ok(deadlines.filter((d) => d !== 0).length >= 12 - hosts.length, 'deadlines were sent');
+      for (const host of hosts) assert.equal(host.stats.expired, 0);
     });
   }
 });

@@ -23,7 +23,8 @@ import { type RedisServer, requireRedis, startRedis } from '../helpers/redis-ser
  * - the stats counters match the decisions the caller saw, one for one;
  * - no promise rejection goes unhandled, including replies and errors that arrive after the
  *   limiter has already answered;
- * - once Redis is back, decisions are counted again within a bounded time.
+ * - once Redis is back, decisions are counted again within a bounded time;
+ * - calls that timed out while Redis was paused change nothing when it resumes and runs them.
  *
  * The client uses the fail-fast ioredis options recommended in docs/redis-operations.md; the last
  * test proves that with ioredis' defaults the limiter's own timeout still bounds every call.
@@ -385,10 +386,11 @@ test('Redis paused (SIGSTOP): 1,000 calls over four limiters all answer within t
   t.diagnostic(
     `paused: 1000 concurrent calls, worst ${worst.toFixed(1)} ms (timeoutMs ${TIMEOUT_MS}; plain timers ran up to ${timerLate.toFixed(1)} ms late); recovered ${recoveryMs.toFixed(0)} ms after SIGCONT`,
   );
-  // Timed-out calls are ambiguous: Redis ran them when it resumed. Report how many were counted.
+  // Redis ran the timed-out calls when it resumed, past their deadlines: they changed nothing
+  // (asserted under steady load by the next test). Report how many were counted.
   const fixedWindowAfter = await observed[0]!.limit('k');
   t.diagnostic(
-    `fixed window remaining after resume: ${fixedWindowAfter.decision.remaining} of 10000 (1 before the pause + 250 timed out + this call)`,
+    `fixed window remaining after resume: ${fixedWindowAfter.decision.remaining} of 10000 (1 call before the pause, this one, and any of the 250 timed out that reached Redis before their deadline); expired replies ${limiters[0]!.stats.expired}`,
   );
   observed.forEach((o, i) => {
     o.assertStatsMatch(`limiter ${i}`);
@@ -498,5 +500,180 @@ test("with ioredis' DEFAULT options the limiter's own timeout still bounds every
   );
   observed.assertStatsMatch('default options');
   await settle();
+  assert.deepEqual(s.unhandled, []);
+});
+
+/** As `spillway proxy` connects: no socketTimeout, so every call of a pause waits in Redis' socket. */
+const proxyOptions: RedisOptions = {
+  enableOfflineQueue: false,
+  maxRetriesPerRequest: 0,
+  autoResendUnfulfilledCommands: false,
+};
+const LOAD_LIMIT = 90;
+const LOAD_WINDOW_MS = 1_000;
+/** 3 calls per 20 ms tick: 150 calls/s per limiter, against a limit of 90/s: ~40% rejected. */
+const LOAD_TICK_MS = 20;
+const LOAD_PER_TICK = 3;
+const PAUSE_MS = 2_000;
+const TALLY_LIMIT = 100_000;
+
+interface Lane {
+  name: string;
+  /** 150 calls/s against 90 per second: its 429 share before and after the pause is compared. */
+  limited: RedisLimiter;
+  /** Never limits (and never refills): its count is every call Redis ran for it. */
+  tally: RedisLimiter;
+  decisions: { atMs: number; decision: Decision }[];
+  /** Tally calls the caller saw counted by Redis. */
+  tallyCounted: number;
+}
+
+test('Redis paused 2 s under steady load: calls that timed out change nothing when it resumes (no extra 429s, counts unchanged)', async (t) => {
+  const s = await setUp(t, proxyOptions);
+  if (!s) return;
+  const redis = ioredisAdapter(s.client);
+  const common = { redis, timeoutMs: TIMEOUT_MS };
+  const window = { limit: LOAD_LIMIT, windowMs: LOAD_WINDOW_MS };
+  const tallyWindow = { limit: TALLY_LIMIT, windowMs: DAY_MS };
+  const lanes: Lane[] = (
+    [
+      [
+        'fixed window',
+        createRedisFixedWindow({ ...common, ...window, prefix: 'load' }),
+        createRedisFixedWindow({ ...common, ...tallyWindow, prefix: 'tally' }),
+      ],
+      [
+        'sliding log',
+        createRedisSlidingLog({ ...common, ...window, prefix: 'load' }),
+        createRedisSlidingLog({ ...common, ...tallyWindow, prefix: 'tally' }),
+      ],
+      [
+        'sliding counter',
+        createRedisSlidingCounter({ ...common, ...window, prefix: 'load' }),
+        createRedisSlidingCounter({ ...common, ...tallyWindow, prefix: 'tally' }),
+      ],
+      [
+        'token bucket',
+        // A third of a second's worth of burst, so it is empty (steady) within the warm-up.
+        createRedisTokenBucket({
+          ...common,
+          capacity: LOAD_LIMIT / 3,
+          refillPerSec: LOAD_LIMIT,
+          prefix: 'load',
+        }),
+        createRedisTokenBucket({ ...common, capacity: TALLY_LIMIT, refillPerSec: 1e-9, prefix: 'tally' }),
+      ],
+    ] as const
+  ).map(([name, limited, tally]) => ({ name, limited, tally, decisions: [], tallyCounted: 0 }));
+
+  const inFlight = new Set<Promise<void>>();
+  const track = (p: Promise<void>) => {
+    inFlight.add(p);
+    void p.finally(() => inFlight.delete(p));
+  };
+  let tallyOn = true;
+  const ticker = setInterval(() => {
+    for (const lane of lanes) {
+      for (let i = 0; i < LOAD_PER_TICK; i++) {
+        const atMs = performance.now();
+        track(lane.limited.limit('k').then((decision) => void lane.decisions.push({ atMs, decision })));
+        if (tallyOn) {
+          track(
+            lane.tally.limit('k').then((d) => {
+              if (d.reason === undefined) lane.tallyCounted++;
+            }),
+          );
+        }
+      }
+    }
+  }, LOAD_TICK_MS);
+  t.after(() => clearInterval(ticker));
+
+  // Steady state: the limit has been reached and keeps rejecting about 40%.
+  await delay(2 * LOAD_WINDOW_MS);
+  // Before the pause no call on time was skipped: "expired" only ever answers a call that timed
+  // out (a wrong clock estimate would show as expired replies without timeouts). Checked last.
+  const beforePause = lanes.flatMap((lane) =>
+    [lane.limited, lane.tally].map((limiter) => ({ name: lane.name, stats: { ...limiter.stats } })),
+  );
+  const pausedAtMs = performance.now();
+  s.server.pause();
+  await delay(PAUSE_MS);
+  // The tallies stop at the resume: their counts then hold exactly the calls of before and during
+  // the pause that Redis ran.
+  tallyOn = false;
+  const resumedAtMs = performance.now();
+  s.server.resume();
+  // A peek (cost 0) queues behind the backlog on the same connection, so it reads the state Redis
+  // left once it had run every call of the pause; and by the time its reply comes, every tally
+  // call has been answered (its own reply came first, or its timeout fired).
+  const counts: number[] = [];
+  for (const lane of lanes) {
+    for (;;) {
+      const peek = await lane.tally.limit('k', 0);
+      if (peek.reason === undefined) {
+        counts.push(Math.round(TALLY_LIMIT - peek.remaining));
+        break;
+      }
+      assert.ok(performance.now() - resumedAtMs < RECOVERY_DEADLINE_MS, `${lane.name}: Redis never answered`);
+    }
+  }
+  await delay(2 * LOAD_WINDOW_MS);
+  clearInterval(ticker);
+  await Promise.all(inFlight);
+  await settle();
+
+  const share429 = (lane: Lane, fromMs: number, toMs: number) => {
+    const span = lane.decisions.filter((d) => d.atMs >= fromMs && d.atMs < toMs);
+    return span.filter((d) => !d.decision.allowed).length / Math.max(1, span.length);
+  };
+  const percent = (x: number) => `${(100 * x).toFixed(0)}%`;
+  const results = lanes.map((lane, i) => {
+    const steady = share429(lane, pausedAtMs - LOAD_WINDOW_MS, pausedAtMs);
+    const after = share429(lane, resumedAtMs, resumedAtMs + LOAD_WINDOW_MS);
+    const halves = [0, 1, 2, 3].map((h) =>
+      percent(share429(lane, resumedAtMs + h * 500, resumedAtMs + (h + 1) * 500)),
+    );
+    const paused = lane.decisions.filter((d) => d.atMs >= pausedAtMs && d.atMs < resumedAtMs - TIMEOUT_MS);
+    // What Redis counted that no caller saw counted: calls answered by the fail policy.
+    const jump = counts[i]! - lane.tallyCounted;
+    t.diagnostic(
+      `${lane.name}: 429 share steady ${percent(steady)}, in the 1 s after SIGCONT ${percent(after)} (per 500 ms: ${halves.join(', ')}); ` +
+        `tally: ${lane.tally.stats.timeouts} calls timed out, Redis count ${counts[i]} vs ${lane.tallyCounted} counted decisions (+${jump}), ${lane.tally.stats.expired} expired replies`,
+    );
+    return { lane, steady, after, paused, jump };
+  });
+
+  for (const { lane, steady, after, paused, jump } of results) {
+    // The pause happened under load, and every call of it was answered by the fail policy.
+    assert.ok(
+      steady > 0.2,
+      `${lane.name}: steady 429 share ${percent(steady)}: the load must exceed the limit`,
+    );
+    const offered = ((PAUSE_MS - TIMEOUT_MS) / LOAD_TICK_MS) * LOAD_PER_TICK;
+    assert.ok(paused.length > 0.7 * offered, `${lane.name}: ${paused.length} calls during the pause`);
+    assert.ok(paused.every((d) => d.decision.reason === 'fail-open' && d.decision.storeFault === 'timeout'));
+    const timedOut = lane.tally.stats.timeouts;
+    assert.ok(timedOut >= paused.length * 0.9, `${lane.name}: ${timedOut} tally calls timed out`);
+    // The defect: each timed-out call ran when Redis resumed and counted (jump == timedOut), and
+    // the window limiters then rejected nearly everything until the window moved past them. Now
+    // only a call whose script started before its deadline may count unseen (its reply lost the
+    // race with the caller's timer); the 1 s after the resume rejects no more than steady state
+    // (sliding log before the fix: 100% against 40%).
+    assert.ok(
+      jump <= Math.max(10, 0.05 * timedOut),
+      `${lane.name}: Redis counted ${jump} calls whose callers were answered by the fail policy (${timedOut} timed out)`,
+    );
+    assert.ok(
+      after <= steady + 0.25,
+      `${lane.name}: 429 share after the resume ${percent(after)} vs steady ${percent(steady)}`,
+    );
+    // Each timed-out call either reached Redis in time (counted, in the jump) or was skipped.
+    assert.equal(lane.tally.stats.expired + jump, timedOut, lane.name);
+    assert.equal(lane.tally.stats.errors + lane.limited.stats.errors, 0, lane.name);
+  }
+  for (const { name, stats } of beforePause) {
+    assert.ok(stats.expired <= stats.timeouts, `${name} before the pause: ${JSON.stringify(stats)}`);
+  }
   assert.deepEqual(s.unhandled, []);
 });

@@ -139,12 +139,14 @@ describe('Redis limiter validation happens before any Redis command', () => {
     }
     assert.equal(redis.calls.length, 0);
     await factories['token bucket']!({ redis, limit: 10 }).limit('k', 0.5);
-    assert.deepEqual(redis.calls[0]?.args, [10, 1, 0.5]);
+    assert.deepEqual(redis.calls[0]?.args, [10, 1, 0.5, 0]);
   });
 });
 
 describe('Redis limiter arguments and keys', () => {
-  it('ARGV carries configuration and cost only, never a time', async () => {
+  it('ARGV carries configuration, cost and a deadline that is 0 while the Redis clock is unknown', async () => {
+    // The fake replies without Redis time, so no deadline can be put on the Redis clock: the
+    // caller's clock is never sent, whatever it reads.
     const redis = createRecordingRedisClient();
     const clock = new ManualClock(1_700_000_000_000);
     const options = { redis, limit: 7, scheduler: clock };
@@ -153,14 +155,14 @@ describe('Redis limiter arguments and keys', () => {
     for (const create of Object.values(factories)) await create(options).limit('k', 3);
     const args = redis.calls.map((c) => c.args);
     assert.deepEqual(args, [
-      [7, 1000, 3],
-      [7, 1000, 3],
-      [7, 1000, 3],
-      [7, 1, 3],
-      [7, 1000, 3],
-      [7, 1000, 3],
-      [7, 1000, 3],
-      [7, 1, 3],
+      [7, 1000, 3, 0],
+      [7, 1000, 3, 0],
+      [7, 1000, 3, 0],
+      [7, 1, 3, 0],
+      [7, 1000, 3, 0],
+      [7, 1000, 3, 0],
+      [7, 1000, 3, 0],
+      [7, 1, 3, 0],
     ]);
   });
 
@@ -240,6 +242,7 @@ describe('Redis limiter faults', () => {
           failClosed: 0,
           insurance: 0,
           noscriptReloads: 0,
+          expired: 0,
         },
       );
     } finally {
@@ -547,6 +550,162 @@ describe('Redis limiter deadlines (one shared timer)', () => {
     const decision = await live;
     assert.equal(decision.remaining, 4, 'token bucket replies millionths');
     assert.equal(limiter.stats.noscriptReloads, 1);
+  });
+});
+
+describe('Redis limiter deadlines on the Redis clock', () => {
+  // The fake Redis clock runs 250 s ahead of the caller's: what is sent must be in Redis time.
+  const SKEW_MS = 250_000;
+  const MARGIN_MS = 5;
+
+  function setUp() {
+    const pending: ReturnType<typeof deferred<unknown>>[] = [];
+    const redis = createRecordingRedisClient(() => {
+      const d = deferred<unknown>();
+      pending.push(d);
+      return d.promise;
+    });
+    const clock = new ManualClock();
+    const limiter = createRedisFixedWindow({
+      redis,
+      limit: 5,
+      windowMs: 1000,
+      timeoutMs: 50,
+      scheduler: clock,
+    });
+    /** Redis TIME in microseconds for a script that ran `agoMs` before the caller's now. */
+    const redisUs = (agoMs = 0) => (clock.nowMs() - agoMs + SKEW_MS) * 1000;
+    const deadlineSent = (i: number) => redis.calls[i]!.args[3] as number;
+    return { redis, pending, clock, limiter, redisUs, deadlineSent };
+  }
+
+  it('sends no deadline before a reply has shown the Redis clock, then the caller deadline in Redis time', async () => {
+    const { pending, clock, limiter, redisUs, deadlineSent } = setUp();
+    const first = limiter.limit('k');
+    assert.equal(deadlineSent(0), 0, 'Redis clock unknown: no deadline');
+    clock.advance(2); // the script ran 1 ms after the send, its reply is seen 1 ms later
+    pending[0]!.resolve([1, 4, 0, 0, redisUs(1)]);
+    assert.equal((await first).reason, undefined);
+
+    clock.advance(10);
+    const sentMs = clock.nowMs();
+    const second = limiter.limit('k');
+    // The caller stops waiting at sentMs + 50, which is sentMs + 50 + SKEW_MS on the Redis clock.
+    // The estimate may be higher by the sample's send leg (its round trip 2 ms, less the 1 ms
+    // from TIME to receipt) plus the margin, never lower.
+    const callerGivesUpRedisMs = sentMs + 50 + SKEW_MS;
+    assert.ok(deadlineSent(1) >= callerGivesUpRedisMs, `${deadlineSent(1)} >= ${callerGivesUpRedisMs}`);
+    assert.equal(deadlineSent(1), callerGivesUpRedisMs + 1 + MARGIN_MS);
+    pending[1]!.resolve([1, 3, 0, 0, redisUs()]);
+    assert.equal((await second).remaining, 3);
+    assert.equal(limiter.stats.expired, 0);
+  });
+
+  it('an "expired" reply after the timeout answered changes nothing and sends nothing more', async () => {
+    const { redis, pending, clock, limiter, redisUs } = setUp();
+    const warm = limiter.limit('k');
+    pending[0]!.resolve([1, 4, 0, 0, redisUs()]);
+    await warm;
+    const call = limiter.limit('k');
+    clock.advance(50);
+    const decision = await call;
+    assert.deepEqual([decision.reason, decision.storeFault], ['fail-open', 'timeout']);
+    clock.advance(2_000); // Redis resumes from a pause and runs the call: past its deadline
+    pending[1]!.resolve([-1, 0, 0, 0, redisUs()]);
+    await flushMicrotasks();
+    assert.equal(redis.calls.length, 2, 'no retry for a call already answered');
+    assert.deepEqual(
+      { ...limiter.stats },
+      {
+        calls: 2,
+        timeouts: 1,
+        errors: 0,
+        failOpen: 1,
+        failClosed: 0,
+        insurance: 0,
+        noscriptReloads: 0,
+        expired: 1,
+      },
+    );
+  });
+
+  it('an "expired" reply while the caller still waits (Redis clock stepped forward) is retried once, with the corrected deadline', async () => {
+    const { redis, pending, clock, limiter, redisUs, deadlineSent } = setUp();
+    const warm = limiter.limit('k');
+    pending[0]!.resolve([1, 4, 0, 0, redisUs()]);
+    await warm;
+    const sentMs = clock.nowMs();
+    const call = limiter.limit('k');
+    assert.equal(deadlineSent(1), sentMs + 50 + SKEW_MS + MARGIN_MS);
+    clock.advance(3);
+    // The Redis clock jumped 60 s ahead: by it, the call is past its deadline although on time.
+    pending[1]!.resolve([-1, 0, 0, 0, redisUs() + 60_000_000]);
+    await flushMicrotasks();
+    assert.equal(redis.calls.length, 3, 'sent again');
+    assert.ok(
+      deadlineSent(2) >= sentMs + 50 + SKEW_MS + 60_000,
+      `retry deadline ${deadlineSent(2)} on the new clock`,
+    );
+    assert.ok(deadlineSent(2) <= sentMs + 50 + SKEW_MS + 60_000 + 3 + MARGIN_MS);
+    clock.advance(1);
+    pending[2]!.resolve([1, 3, 0, 0, redisUs() + 60_000_000]);
+    const decision = await call;
+    assert.deepEqual([decision.allowed, decision.reason, decision.remaining], [true, undefined, 3]);
+    assert.deepEqual([limiter.stats.expired, limiter.stats.timeouts], [1, 0]);
+  });
+
+  it('a retried call that expires again is a timeout at once: one retry per call', async () => {
+    const { redis, pending, clock, limiter, redisUs } = setUp();
+    const warm = limiter.limit('k');
+    pending[0]!.resolve([1, 4, 0, 0, redisUs()]);
+    await warm;
+    let settledAtMs: number | undefined;
+    const call = limiter.limit('k').then((d) => {
+      settledAtMs = clock.nowMs();
+      return d;
+    });
+    clock.advance(1);
+    pending[1]!.resolve([-1, 0, 0, 0, redisUs() + 60_000_000]);
+    await flushMicrotasks();
+    clock.advance(1);
+    pending[2]!.resolve([-1, 0, 0, 0, redisUs() + 120_000_000]);
+    const decision = await call;
+    assert.deepEqual([decision.reason, decision.storeFault], ['fail-open', 'timeout']);
+    assert.equal(settledAtMs, clock.nowMs(), 'answered when the second "expired" came, not at the timeout');
+    assert.equal(redis.calls.length, 3);
+    assert.deepEqual([limiter.stats.expired, limiter.stats.timeouts, limiter.stats.failOpen], [2, 1, 1]);
+  });
+
+  it('the deadline of an EVAL after NOSCRIPT is the one the EVALSHA carried', async () => {
+    const { redis, pending, limiter, redisUs, deadlineSent } = setUp();
+    const warm = limiter.limit('k');
+    pending[0]!.resolve([1, 4, 0, 0, redisUs()]);
+    await warm;
+    const call = limiter.limit('k');
+    pending[1]!.reject(new Error('NOSCRIPT No matching script. Please use EVAL.'));
+    await flushMicrotasks();
+    assert.deepEqual(
+      redis.calls.map((c) => c.command),
+      ['evalsha', 'evalsha', 'eval'],
+    );
+    assert.ok(deadlineSent(1) > 0);
+    assert.equal(deadlineSent(2), deadlineSent(1));
+    pending[2]!.resolve([1, 3, 0, 0, redisUs()]);
+    assert.equal((await call).remaining, 3);
+  });
+
+  it('a first element other than 1, 0 or -1 with the time is a malformed reply (error fault)', async () => {
+    const { pending, limiter, redisUs } = setUp();
+    const call = limiter.limit('k');
+    pending[0]!.resolve([2, 4, 0, 0, redisUs()]);
+    assert.deepEqual([(await call).reason, (await call).storeFault], ['fail-open', 'error']);
+    const fourNoTime = limiter.limit('k');
+    pending[1]!.resolve([-1, 0, 0, 0]);
+    assert.equal(
+      (await fourNoTime).storeFault,
+      'error',
+      '"expired" without the Redis time is not a script reply',
+    );
   });
 });
 

@@ -1,5 +1,6 @@
 // The Lua scripts: SHA1s pinned and equal to what Redis computes, headers that name every KEYS[i]
-// and ARGV[i], and EVALSHA recovering from a flushed script cache mid-run.
+// and ARGV[i], a call past its deadline touching nothing, and EVALSHA recovering from a flushed
+// script cache mid-run.
 import assert from 'node:assert/strict';
 import { createHash } from 'node:crypto';
 import { readdirSync, readFileSync } from 'node:fs';
@@ -18,7 +19,7 @@ import {
   tokenBucketScript,
 } from '../../src/redis/index.js';
 import { type RedisServer, redisServerAvailable, requireRedis, startRedis } from '../helpers/redis-server.js';
-import { connectRedis } from './connect-redis.js';
+import { connectRedis, redisTimeMs } from './connect-redis.js';
 
 const scriptsDir = new URL('../../src/redis/scripts/', import.meta.url);
 const used: Record<string, LuaScript> = {
@@ -30,10 +31,10 @@ const used: Record<string, LuaScript> = {
 // Changing a script changes its SHA: servers then cache both versions, and anyone pinning SHAs
 // (e.g. pre-loading with SCRIPT LOAD) must update. Update these pins deliberately, with a CHANGELOG line.
 const pinned: Record<string, string> = {
-  'fixed-window': '697bc99b3a02f099428c8dab67f0d2a9680dbb2e',
-  'sliding-log': '602e1ca12a6d6cfe895c9cf72b3d601743a8c418',
-  'sliding-counter': '7c5ef474ed804210d4ee523d321237b63763475b',
-  'token-bucket': '5347473919d24110a035d25d24f2768bdbf80137',
+  'fixed-window': 'd0280d71ecff7c2ab9b39c9bce7433314c652d86',
+  'sliding-log': '2542b5cc1a414a8b5d3e47439e4083e6c0c8b571',
+  'sliding-counter': '20484691fb5d44b3537fa1b0c5e7b8a0ec640ce4',
+  'token-bucket': '5ece1de774d6d1dd8e73b26d960e5a7c791db038',
 };
 
 describe('Lua script files', () => {
@@ -136,6 +137,72 @@ describe('Lua scripts on a real Redis', {
     assert.equal(decision.allowed, true);
     assert.ok(Math.abs(decision.remaining - (9e11 - 0.5)) < 0.001, `remaining ${decision.remaining}`);
     assert.ok((await client.pttl('frac-huge:{k}:tb')) > 1e16);
+  });
+
+  it('past its deadline (ARGV[4], Redis time) a script reads and writes nothing and says so; on time it counts', async (t) => {
+    if (!requireRedis(t)) return;
+    // name, key, ARGV before the deadline (configuration, cost 1), and a key of the layout before
+    // this one, which a call on time would rewrite (a rolling upgrade) and a late call must not.
+    const cases: [string, string, (string | number)[], () => Promise<unknown>][] = [
+      ['fixed-window', 'late:{k}:fw', [10, WINDOW_MS, 1], () => client.hset('late:{old}:fw', 'w', 0, 'c', 1)],
+      ['sliding-log', 'late:{k}:sl', [10, 60_000, 1], async () => {}],
+      ['sliding-counter', 'late:{k}:sc', [10, WINDOW_MS, 1], async () => {}],
+      [
+        'token-bucket',
+        'late:{k}:tb',
+        [10, 0.001, 1],
+        () => client.hset('late:{old}:tb', 'tokens', 3, 'ts', 1),
+      ],
+    ];
+    const scriptCalls = async () => {
+      const info = await client.info('commandstats');
+      return Object.fromEntries(
+        [...info.matchAll(/^cmdstat_(\w+):calls=(\d+)/gm)].map((m) => [m[1], Number(m[2])]),
+      );
+    };
+    for (const [name, key, args, writeOldLayout] of cases) {
+      const source = used[name]!.source;
+      const run = async (k: string, deadlineMs: number) =>
+        ((await client.eval(source, 1, k, ...args, deadlineMs)) as number[]).map(Number);
+      // No deadline (0) and a deadline ahead: counted, with Redis TIME in the reply.
+      const beforeMs = await redisTimeMs(client);
+      const counted = [await run(key, 0), await run(key, beforeMs + 10_000)];
+      const afterMs = await redisTimeMs(client);
+      for (const reply of counted) {
+        assert.equal(reply.length, 5, name);
+        assert.equal(reply[0], 1, `${name}: counted`);
+        assert.ok(
+          reply[4]! >= beforeMs * 1000 && reply[4]! < (afterMs + 1) * 1000,
+          `${name}: now_us ${reply[4]}`,
+        );
+      }
+      const dump = await client.dumpBuffer(key);
+      await writeOldLayout();
+      const oldKey = key.replace('{k}', '{old}');
+      const oldDump = await client.dumpBuffer(oldKey);
+
+      await client.config('RESETSTAT');
+      const lateMs = (await redisTimeMs(client)) - 1;
+      for (const k of [key, oldKey, 'late:{fresh}:x']) {
+        const reply = await run(k, lateMs);
+        assert.deepEqual(reply.slice(0, 4), [-1, 0, 0, 0], `${name} ${k}: expired`);
+        assert.ok(reply[4]! > lateMs * 1000, `${name}: now_us ${reply[4]} past the deadline`);
+      }
+      const commands = await scriptCalls();
+      assert.deepEqual(
+        Object.keys(commands).sort(),
+        ['eval', 'time'],
+        `${name}: only TIME ran inside the script (${JSON.stringify(commands)})`,
+      );
+      // Three scripts, and the test's own TIME for lateMs.
+      assert.deepEqual([commands.eval, commands.time], [3, 3 + 1], name);
+      assert.deepEqual(await client.dumpBuffer(key), dump, `${name}: state unchanged`);
+      assert.deepEqual(await client.dumpBuffer(oldKey), oldDump, `${name}: old layout not rewritten`);
+      assert.equal(await client.exists('late:{fresh}:x'), 0);
+      // The same call on time does count, so the checks above can fail.
+      assert.equal((await run(key, (await redisTimeMs(client)) + 1_000))[0], 1);
+      assert.notDeepEqual(await client.dumpBuffer(key), dump, `${name}: an on-time call writes`);
+    }
   });
 
   it('SCRIPT FLUSH mid-run: calls keep deciding correctly and noscriptReloads counts the reload', async (t) => {

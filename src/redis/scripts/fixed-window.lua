@@ -5,7 +5,11 @@
 -- ARGV[1]  limit: cost admitted per window (integer > 0).
 -- ARGV[2]  window_ms: window length in milliseconds (integer > 0).
 -- ARGV[3]  cost: cost of this call (integer >= 0; 0 peeks without writing).
--- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms}, all integers.
+-- ARGV[4]  deadline_ms: Redis time (epoch ms) after which this call must change nothing, because
+--          its caller has stopped waiting and was answered by its fault policy; 0 = none.
+-- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms, now_us}, all integers, now_us
+--          being Redis TIME in microseconds (the caller learns the Redis clock from it); past
+--          deadline_ms, {-1, 0, 0, 0, now_us} and nothing read or written.
 --
 -- Windows are aligned to epoch multiples of window_ms on the Redis clock (TIME), never the
 -- caller's. The first write of a window SETs the count and PEXPIREATs the key to the window's
@@ -15,6 +19,11 @@
 -- can still be visible in the first moment of the next. Its sign is then the wrong one, and it is
 -- restarted instead of counted. Cheaper than a hash with the window start: GET, then INCRBY.
 local time = redis.call('TIME')
+local now_us = time[1] * 1000000 + time[2]
+-- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
+-- would otherwise count, for callers long since answered, every call waiting in its socket.
+local deadline_ms = tonumber(ARGV[4]) or 0
+if deadline_ms > 0 and now_us > deadline_ms * 1000 then return {-1, 0, 0, 0, now_us} end
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
@@ -43,7 +52,7 @@ local count = 0
 if stored and stored * sign > 0 then count = stored * sign end
 
 if count + cost > limit then
-  return {0, limit - count, reset_at_ms, reset_at_ms - now_ms}
+  return {0, limit - count, reset_at_ms, reset_at_ms - now_ms, now_us}
 end
 
 if cost > 0 then
@@ -55,4 +64,4 @@ if cost > 0 then
   end
   count = count + cost
 end
-return {1, limit - count, reset_at_ms, 0}
+return {1, limit - count, reset_at_ms, 0, now_us}

@@ -6,7 +6,11 @@
 -- ARGV[1]  limit: cost admitted per window (integer > 0).
 -- ARGV[2]  window_ms: window length in milliseconds (integer > 0).
 -- ARGV[3]  cost: cost of this call (integer >= 0; 0 peeks without writing).
--- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms}, all integers.
+-- ARGV[4]  deadline_ms: Redis time (epoch ms) after which this call must change nothing, because
+--          its caller has stopped waiting and was answered by its fault policy; 0 = none.
+-- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms, now_us}, all integers, now_us
+--          being Redis TIME in microseconds (the caller learns the Redis clock from it); past
+--          deadline_ms, {-1, 0, 0, 0, now_us} and nothing read or written.
 --
 -- estimate = previous * (window_ms - elapsed_ms) / window_ms + current. The comparison is done
 -- multiplied through by window_ms so it is exact integer arithmetic (doubles hold integers to
@@ -14,6 +18,11 @@
 -- of a window rewrites the hash and PEXPIREATs it to the end of the next window (after which its
 -- count no longer weighs on anything); later writes in the window only HINCRBY `c`.
 local time = redis.call('TIME')
+local now_us = time[1] * 1000000 + time[2]
+-- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
+-- would otherwise count, for callers long since answered, every call waiting in its socket.
+local deadline_ms = tonumber(ARGV[4]) or 0
+if deadline_ms > 0 and now_us > deadline_ms * 1000 then return {-1, 0, 0, 0, now_us} end
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
@@ -52,7 +61,7 @@ if weighted + (current + cost) * window_ms > limit * window_ms then
   local reset_at_ms = now_ms
   if current > 0 then reset_at_ms = window_start + 2 * window_ms
   elseif previous > 0 then reset_at_ms = window_start + window_ms end
-  return {0, remaining, reset_at_ms, retry_ms}
+  return {0, remaining, reset_at_ms, retry_ms, now_us}
 end
 
 if cost > 0 then
@@ -70,4 +79,4 @@ if scaled > 0 then remaining = math.floor(scaled / window_ms) end
 local reset_at_ms = now_ms
 if current > 0 then reset_at_ms = window_start + 2 * window_ms
 elseif previous > 0 then reset_at_ms = window_start + window_ms end
-return {1, remaining, reset_at_ms, 0}
+return {1, remaining, reset_at_ms, 0, now_us}

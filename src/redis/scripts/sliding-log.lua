@@ -6,7 +6,11 @@
 -- ARGV[1]  limit: cost admitted in any window_ms span (integer > 0).
 -- ARGV[2]  window_ms: window length in milliseconds (integer > 0).
 -- ARGV[3]  cost: members to add (integer >= 0; 0 peeks without writing).
--- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms}, all integers.
+-- ARGV[4]  deadline_ms: Redis time (epoch ms) after which this call must change nothing, because
+--          its caller has stopped waiting and was answered by its fault policy; 0 = none.
+-- Returns  {allowed (1|0), remaining, reset_at_ms, retry_after_ms, now_us}, all integers, now_us
+--          being Redis TIME in microseconds (the caller learns the Redis clock from it); past
+--          deadline_ms, {-1, 0, 0, 0, now_us} and nothing read or written.
 --
 -- Trim, count and add run in this one script, so concurrent callers cannot both see room for the
 -- last slot. Members must be unique: the naive `ZADD key now now` with a millisecond clock
@@ -19,6 +23,10 @@
 -- member is never older than the TTL, so an expired set held nothing that still counted.
 local time = redis.call('TIME')
 local now_us = time[1] * 1000000 + time[2]
+-- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
+-- would otherwise count, for callers long since answered, every call waiting in its socket.
+local deadline_ms = tonumber(ARGV[4]) or 0
+if deadline_ms > 0 and now_us > deadline_ms * 1000 then return {-1, 0, 0, 0, now_us} end
 local limit = tonumber(ARGV[1])
 local window_ms = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -38,13 +46,13 @@ if count + cost > limit then
   local retry_ms = math.ceil((tonumber(entry[2]) + window_us - now_us) / 1000)
   if retry_ms < 1 then retry_ms = 1 end
   local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  return {0, limit - count, math.ceil((tonumber(newest[2]) + window_us) / 1000), retry_ms}
+  return {0, limit - count, math.ceil((tonumber(newest[2]) + window_us) / 1000), retry_ms, now_us}
 end
 
 if cost == 0 then
-  if count == 0 then return {1, limit, math.floor(now_us / 1000), 0} end
+  if count == 0 then return {1, limit, math.floor(now_us / 1000), 0, now_us} end
   local newest = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
-  return {1, limit - count, math.ceil((tonumber(newest[2]) + window_us) / 1000), 0}
+  return {1, limit - count, math.ceil((tonumber(newest[2]) + window_us) / 1000), 0, now_us}
 end
 
 local missing = cost
@@ -72,4 +80,4 @@ end
 redis.call('PEXPIRE', KEYS[1], window_ms)
 -- The members just added are the newest (unless the clock stepped back): the log is empty again
 -- when they leave.
-return {1, limit - count - cost, math.ceil((now_us + window_us) / 1000), 0}
+return {1, limit - count - cost, math.ceil((now_us + window_us) / 1000), 0, now_us}

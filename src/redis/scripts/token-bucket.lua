@@ -6,15 +6,24 @@
 -- ARGV[1]  capacity: bucket size, the largest burst (number > 0).
 -- ARGV[2]  refill_per_sec: tokens added per second (number > 0).
 -- ARGV[3]  cost: tokens this call takes (number >= 0; 0 peeks without writing).
--- Returns  {allowed (1|0), remaining_micro, reset_at_ms, retry_after_ms}, all integers;
+-- ARGV[4]  deadline_ms: Redis time (epoch ms) after which this call must change nothing, because
+--          its caller has stopped waiting and was answered by its fault policy; 0 = none.
+-- Returns  {allowed (1|0), remaining_micro, reset_at_ms, retry_after_ms, now_us}, all integers;
 --          remaining_micro = tokens left in millionths, rounded down (Redis truncates Lua
---          numbers in replies to integers, so fractions travel scaled).
+--          numbers in replies to integers, so fractions travel scaled); now_us = Redis TIME in
+--          microseconds (the caller learns the Redis clock from it). Past deadline_ms,
+--          {-1, 0, 0, 0, now_us} and nothing read or written.
 --
 -- A missing key is a full bucket, so the key only has to live until the bucket would be full
 -- again: one SET ... PX writes the state and exactly that TTL. If the Redis clock steps
 -- backwards, no tokens are added until it passes the stored time again (the stored time never
 -- moves backwards).
 local time = redis.call('TIME')
+local now_us = time[1] * 1000000 + time[2]
+-- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
+-- would otherwise count, for callers long since answered, every call waiting in its socket.
+local deadline_ms = tonumber(ARGV[4]) or 0
+if deadline_ms > 0 and now_us > deadline_ms * 1000 then return {-1, 0, 0, 0, now_us} end
 local capacity = tonumber(ARGV[1])
 local refill_per_sec = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
@@ -63,7 +72,7 @@ end
 if tokens + epsilon < cost then
   local retry_ms = math.ceil((cost - tokens) * 1000 / refill_per_sec)
   if retry_ms < 1 then retry_ms = 1 end
-  return {0, micro(tokens), now_ms + math.ceil((capacity - tokens) * 1000 / refill_per_sec), retry_ms}
+  return {0, micro(tokens), now_ms + math.ceil((capacity - tokens) * 1000 / refill_per_sec), retry_ms, now_us}
 end
 
 if cost > 0 then
@@ -79,4 +88,4 @@ if cost > 0 then
   if ttl_ms >= 1e14 then ttl_ms = string.format('%.0f', ttl_ms) end
   redis.call('SET', KEYS[1], string.format('%.17g', tokens) .. ' ' .. sec .. ' ' .. usec, 'PX', ttl_ms)
 end
-return {1, micro(tokens), now_ms + full_ms, 0}
+return {1, micro(tokens), now_ms + full_ms, 0, now_us}
