@@ -157,6 +157,11 @@ interface Group {
   limitRps: number;
   mode: Mode;
   computed: boolean;
+  /**
+   * Computed from reports alone, no tick since: the sums may lack children that have not reported
+   * yet (a controller just started), so the ratio may be too low. See `loosens`.
+   */
+  partial: boolean;
   /** `version` when the ratio was last computed; directives carry it. */
   version: number;
   /** Built on first request after a computation, shared by every reply until the next one. */
@@ -167,6 +172,11 @@ interface BucketState {
   key: string;
   resolved: ResolvedBucket;
   removed: boolean;
+  /**
+   * A reload gave the bucket fresh groups while children's usage of it is not counted in them: its
+   * ratios wait for the next tick, which counts every child (a report alone would be a partial sum).
+   */
+  awaitingTick: boolean;
   lastReportedMs: number;
   /** Global scope: the one group. Zone scope: the all-zone totals (never sent). */
   total: Group;
@@ -195,6 +205,8 @@ interface ChildState {
 }
 
 const DEFAULT_MAX_BUCKETS = 200_000;
+/** A partial ratio may let a child's hosts admit this much more than they do now (noise), no more. */
+const PARTIAL_SLACK = 0.05;
 const DEFAULT_MAX_CHILDREN = 10_000;
 
 /**
@@ -206,9 +218,12 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * With a stateless ratio policy (the default, `plain`) a report also replaces the child's part of
  * the sums of its buckets and recomputes their ratios at once, so the reply to that report already
  * reflects it: an aggregator's forward gets a ratio from its own fresh sums instead of the last
- * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). Ticks still resum
- * everything from scratch (expiry, cap, float drift). A stateful policy computes only at ticks:
- * its memory advances once per interval.
+ * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). A bucket reported
+ * for the first time (every bucket, once a controller restarts) gets its first ratio the same way,
+ * from the children that reported it so far; until a tick has counted every child such a partial
+ * ratio is only sent where it does not loosen what the child's hosts apply (`loosens`). Ticks
+ * still resum everything from scratch (expiry, cap, float drift). A stateful policy computes only
+ * at ticks: its memory advances once per interval.
  *
  * Concurrency: everything is synchronous; `handleReport` never awaits, so a report and a tick never
  * interleave. Memory: bounded by maxChildren × (buckets per report) plus maxBuckets.
@@ -266,6 +281,7 @@ export function createController(options: ControllerOptions): Controller {
       limitRps: resolved.limitRps,
       mode: toMode(resolved.mode),
       computed: false,
+      partial: false,
       version: 0,
       directive: undefined,
     };
@@ -296,6 +312,7 @@ export function createController(options: ControllerOptions): Controller {
       key,
       resolved,
       removed: false,
+      awaitingTick: false,
       lastReportedMs: 0,
       total: newGroup(resolved),
       zones: resolved.scope === 'zone' ? new Map() : undefined,
@@ -416,6 +433,7 @@ export function createController(options: ControllerOptions): Controller {
       if (bucket.removed) continue;
       const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
       if (!group?.computed) continue;
+      if (group.partial && loosens(group, usage)) continue;
       group.directive ??= create(DirectiveSchema, {
         bucket: bucket.key,
         dropRatio: group.dropRatio,
@@ -431,7 +449,23 @@ export function createController(options: ControllerOptions): Controller {
     return out;
   }
 
+  /**
+   * Whether `group`'s partial ratio would let the child's hosts admit more than they do now (by
+   * more than PARTIAL_SLACK): then the reply leaves the bucket out, and the hosts keep the ratio
+   * they hold until a tick has counted every child. A partial sum can only under-count the offered
+   * rate, so its ratio is a lower bound: sent when it asks at least as much as the hosts already
+   * do (after an outage, when their held ratio decayed; a new bucket, which they do not limit
+   * yet), withheld when it would undo a ratio still in force (the first zone's forward to a
+   * restarted controller, its sum a tenth of the fleet's).
+   */
+  function loosens(group: Group, usage: ChildUsage): boolean {
+    if (!(usage.offeredRps > 0)) return false;
+    const admittedNow = Math.max(0, usage.admittedRps - usage.wouldDropRps) / usage.offeredRps;
+    return 1 - group.dropRatio > admittedNow * (1 + PARTIAL_SLACK);
+  }
+
   function resetGroup(group: Group): void {
+    group.partial = false;
     group.offeredRps = 0;
     group.admittedRps = 0;
     group.wouldDropRps = 0;
@@ -458,9 +492,16 @@ export function createController(options: ControllerOptions): Controller {
   }
 
   /**
-   * Swap a child's previous usage for its new one in the sums of the groups that already have a
-   * ratio, and recompute those ratios now. Groups not computed yet (new buckets and zones, groups
-   * reset by a reload) wait for the tick: a first directive reflects every child.
+   * Swap a child's previous usage for its new one in the sums of its buckets' groups, and recompute
+   * those ratios now, so the reply carries them.
+   *
+   * A group that has no ratio yet gets its first one from this report when no other child's usage
+   * can be missing from its sum: a bucket (or a zone of it) first reported now, as after a
+   * controller restart, where waiting for the tick cost the loop an interval. Its sum is the
+   * children that reported so far (the first aggregator's forward, at first); each later report
+   * adds its own part and recomputes. Groups a reload reset (`awaitingTick`) wait for the tick,
+   * which counts every child; so do new buckets when a reporter cap is configured, since the cap
+   * comes from a tick.
    */
   function recomputeOnReport(child: ChildState, previousUsage: readonly ChildUsage[]): void {
     const touched = new Map<Group, BucketState>();
@@ -472,8 +513,15 @@ export function createController(options: ControllerOptions): Controller {
     }
     for (const usage of child.usage) {
       const bucket = usage.bucket;
-      const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
-      if (group === undefined || !group.computed) continue;
+      let group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
+      if (group === undefined || !group.computed) {
+        if (!firstFromReport(bucket)) continue;
+        if (group === undefined) {
+          group = newGroup(bucket.resolved);
+          bucket.zones!.set(child.zone, group);
+        }
+        group.partial = true;
+      }
       const cap = tickCaps?.get(bucket);
       let scale = 1;
       if (cap !== undefined) {
@@ -486,6 +534,16 @@ export function createController(options: ControllerOptions): Controller {
     if (touched.size === 0) return;
     version++;
     for (const [group, bucket] of touched) compute(group, bucket.resolved);
+  }
+
+  /**
+   * Whether a bucket's group without a ratio may get its first one from a report alone. Such a
+   * group holds no other child's usage unless a reload reset it (`awaitingTick`): every usage of
+   * the bucket is counted at each tick, and after it by the report that brings it.
+   */
+  function firstFromReport(bucket: BucketState): boolean {
+    if (bucket.awaitingTick) return false;
+    return reporterCap === undefined || tickCaps?.has(bucket) === true;
   }
 
   function countClipped(tier: Tier): void {
@@ -530,6 +588,7 @@ export function createController(options: ControllerOptions): Controller {
     const nowMs = scheduler.nowMs();
     expireChildren(nowMs);
     for (const bucket of buckets.values()) {
+      bucket.awaitingTick = false;
       resetGroup(bucket.total);
       if (bucket.zones) for (const group of bucket.zones.values()) resetGroup(group);
     }
@@ -615,6 +674,7 @@ export function createController(options: ControllerOptions): Controller {
       if (scopeChanged || resetMemory) {
         bucket.total = newGroup(resolved);
         bucket.zones = resolved.scope === 'zone' ? new Map() : undefined;
+        bucket.awaitingTick = true;
       }
     }
     unknownKeys.clear();

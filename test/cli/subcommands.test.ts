@@ -181,7 +181,7 @@ describe('spillway controller: limits reload', () => {
     const reloads = async (result: string) =>
       (await scrape(controller.ops)).get(`spillway_config_reloads_total{result="${result}"}`) ?? 0;
     try {
-      // The first directive comes after the controller's first tick.
+      // The reply to the first report of a bucket carries its first directive.
       await waitFor('a first directive', async () => ((await limitSeen()) === 100 ? true : undefined));
 
       writeFileSync(path, limits(250));

@@ -84,7 +84,10 @@ describe('controller', () => {
       controller.handleReport,
       hostReport({ id: 'h1', sequence: 1, endMs: clock.nowMs(), buckets: [{ bucket: 'pay', offered: 200 }] }),
     );
-    assert.equal(first.directives.length, 0, 'no directive before the first tick computes one');
+    // A bucket nobody reported before gets its first ratio from the report that brings it.
+    assert.equal(first.directives.length, 1, 'a first directive without waiting for a tick');
+    assert.equal(first.directives[0]!.dropRatio, 0.5);
+    assert.equal(first.directives[0]!.version, 1n);
     assert.equal(first.reportIntervalMs, 1000);
     assert.equal(first.epoch, BigInt(START_MS));
     assert.equal(first.responderId, 'ctl');
@@ -101,8 +104,8 @@ describe('controller', () => {
     assert.equal(d.limitRps, 100);
     assert.equal(d.offeredRps, 200);
     assert.equal(d.epoch, BigInt(START_MS));
-    // The tick computed version 1; the default (stateless) policy recomputed on this report.
-    assert.equal(d.version, 2n);
+    // The first report computed version 1, the tick 2; the default (stateless) policy recomputed on this report.
+    assert.equal(d.version, 3n);
     assert.equal(d.ttlMs, 4000);
   });
 
@@ -121,13 +124,13 @@ describe('controller', () => {
     report(1);
     controller.start();
     clock.advance(1000);
-    assert.equal(report(2).directives[0]!.version, 2n, 'tick 1, then this report');
+    assert.equal(report(2).directives[0]!.version, 3n, 'the first report, tick 1, then this report');
     clock.advance(1000);
     clock.advance(1000);
-    assert.equal(report(3).directives[0]!.version, 5n, 'ticks 3 and 4, then this report');
+    assert.equal(report(3).directives[0]!.version, 6n, 'ticks 4 and 5, then this report');
     controller.stop();
     clock.advance(5000);
-    assert.equal(controller.snapshot().version, 5, 'stopped: no more ticks');
+    assert.equal(controller.snapshot().version, 6, 'stopped: no more ticks');
     const restarted = createController({ id: 'ctl', config: config(), scheduler: clock });
     assert.ok(restarted.epoch > controller.epoch);
     assert.equal(createController({ id: 'x', config: config(), scheduler: clock, epoch: 42 }).epoch, 42);
