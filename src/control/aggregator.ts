@@ -107,6 +107,16 @@ export interface AggregatorCounters {
   parentFailures: number;
   /** Timer firings skipped because the previous forward was still in flight. */
   skippedForwards: number;
+  /**
+   * Forwards sent at once because a parent's connection came back while no parent answered (the
+   * interval restarts from them, so they replace a timer forward rather than add one).
+   */
+  reconnectForwards: number;
+  /**
+   * Forwards sent at once because a host reported usage while this aggregator held no fresh
+   * directive at all (just started, or every directive ran out): one per such spell.
+   */
+  coldForwards: number;
   /** Directives ignored as older (epoch, version) than the one cached. */
   staleDirectives: number;
   bucketsOverCapacity: number;
@@ -188,10 +198,13 @@ const MAX_INTERVAL_MS = 60_000;
  * A zone aggregator: sums the latest rate of every host (or lower aggregator), forwards the zone's
  * usage to a parent as one report per interval, and relays the parent's directives down.
  *
- * Flush triggers: the jittered interval timer, or `flush()`. At most one forward is in flight; a
- * timer firing while one is in flight is skipped (counted). Host reports are answered from the
- * directive cache synchronously, so a slow or dead parent never delays or fails a host; the
- * relayed TTL shrinks with the directive's age, so hosts' stale policies see the truth.
+ * Flush triggers: the jittered interval timer, `flush()`, and two that only fire after an outage
+ * or a start, each at most once per occasion: a failed parent's connection coming back
+ * (`whenConnected`) while no parent answers, and a host report while no directive is fresh. At
+ * most one forward is in flight; a timer firing while one is in flight is skipped (counted). Host
+ * reports are answered from the directive cache synchronously, so a slow or dead parent never
+ * delays or fails a host; the relayed TTL shrinks with the directive's age, so hosts' stale
+ * policies see the truth.
  *
  * Sums are associative: several aggregators may share a zone's hosts, and an aggregator's parent
  * may be another aggregator (zone -> region -> controller).
@@ -231,6 +244,14 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   let timer: Cancellable | undefined;
   let running = false;
   let capacityWarned = false;
+  /** Whether the last forward got no answer from any parent. */
+  let lastForwardFailed = false;
+  /** Until when some cached directive is fresh (the latest receipt plus its TTL). */
+  let freshUntilMs = Number.NEGATIVE_INFINITY;
+  /** A cold forward (see `maybeColdForward`) may go; re-armed when a parent's directive arrives. */
+  let coldForwardArmed = true;
+  /** Per parent: waiting for its connection to come back after a failure (`whenConnected`). */
+  const reconnectWatches: (Cancellable | undefined)[] = options.parents.map(() => undefined);
 
   const counters: AggregatorCounters = {
     reports: 0,
@@ -240,6 +261,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     forwardFailures: 0,
     parentFailures: 0,
     skippedForwards: 0,
+    reconnectForwards: 0,
+    coldForwards: 0,
     staleDirectives: 0,
     bucketsOverCapacity: 0,
     expiredHosts: 0,
@@ -358,6 +381,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       const directive = relay(usage.bucket, nowMs);
       if (directive) directives.push(directive);
     }
+    if (host.usage.length > 0 && nowMs >= freshUntilMs) maybeColdForward();
     return create(ReportResponseSchema, {
       directives,
       reportIntervalMs: intervalMs,
@@ -516,6 +540,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         counters.staleDirectives++;
         continue;
       }
+      freshUntilMs = Math.max(freshUntilMs, nowMs + directive.ttlMs);
+      coldForwardArmed = true;
       bucket.directive = {
         received: directive,
         receivedAtMs: nowMs,
@@ -540,6 +566,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   /** Marks a parent down after a failed attempt; logs when it was healthy. */
   function parentFailed(index: number, error: unknown, what: string): void {
     counters.parentFailures++;
+    watchReconnect(index);
     const wasHealthy = parentDownUntilMs[index]! <= scheduler.nowMs();
     parentDownUntilMs[index] = scheduler.nowMs() + (options.parentBackoffMs ?? 5 * intervalMs);
     if (wasHealthy) {
@@ -548,6 +575,48 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         what,
       );
     }
+  }
+
+  /**
+   * After a parent failed, waits for its connection to come back (transports that tell: gRPC). If
+   * by then no parent answers forwards, this one is tried first and a forward goes at once, with the
+   * interval restarting from it: after an outage (a restarted controller) the zone's usage reaches
+   * the parent, and its directives come back, without waiting out the rest of the interval. One
+   * forward per reconnect, never more than the timer would have sent.
+   */
+  function watchReconnect(index: number): void {
+    const parent = options.parents[index]!;
+    if (!parent.whenConnected || reconnectWatches[index] !== undefined || !running) return;
+    reconnectWatches[index] = parent.whenConnected(() => {
+      reconnectWatches[index] = undefined;
+      if (!running || !lastForwardFailed) return;
+      parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
+      if (inFlight) return;
+      counters.reconnectForwards++;
+      timer?.cancel();
+      void startForward();
+      schedule();
+    });
+  }
+
+  /**
+   * A host reported usage and this aggregator holds no fresh directive at all: it just started (a
+   * restart, or its hosts failed over to it), or every directive ran out. Its hosts get nothing
+   * until its next forward comes back, so that forward goes now instead of at the end of the
+   * interval, and they find the directives at their next report. Not while the last forward
+   * failed (the reconnect watch covers a parent that is down), nor while one is in flight; one per
+   * cold spell (re-armed only by a directive arriving), so a parent that has nothing to give (its
+   * own parent down) sees no more forwards than the interval's. Deferred to a timer of its own: the
+   * host's reply does not wait for the sums.
+   */
+  function maybeColdForward(): void {
+    if (!running || !coldForwardArmed || lastForwardFailed || inFlight) return;
+    coldForwardArmed = false;
+    scheduler.setTimeout(() => {
+      if (!running || inFlight) return;
+      counters.coldForwards++;
+      void startForward();
+    }, 0);
   }
 
   /** One report to every parent at once; directives from each reply are applied as it arrives. */
@@ -566,6 +635,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       }),
     );
     const target = answered.find((t) => t !== undefined);
+    lastForwardFailed = target === undefined;
     if (target === undefined) counters.forwardFailures++;
     lastForward = {
       sequence: Number(request.sequence),
@@ -585,6 +655,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       try {
         const response = await parent.report(request, { timeoutMs: timeoutMs() });
         parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
+        lastForwardFailed = false;
         applyResponse(response);
         lastForward = {
           sequence: Number(request.sequence),
@@ -598,6 +669,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         parentFailed(index, error, 'control: parent failed, failing over');
       }
     }
+    lastForwardFailed = true;
     counters.forwardFailures++;
     lastForward = {
       sequence: Number(request.sequence),
@@ -712,6 +784,10 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       running = false;
       timer?.cancel();
       timer = undefined;
+      for (const [index, watch] of reconnectWatches.entries()) {
+        watch?.cancel();
+        reconnectWatches[index] = undefined;
+      }
       while (inFlight) await inFlight.catch(() => {});
     },
     flush,

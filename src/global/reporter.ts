@@ -57,6 +57,11 @@ export interface ReporterStats {
   consecutiveFailures: number;
   /** Ticks that found the previous report still in flight and sent nothing. */
   reportsSkippedInFlight: number;
+  /**
+   * Reports sent at once because a parent's connection came back after reports failed (the
+   * interval restarts from them, so they replace a timer report rather than add one).
+   */
+  reportsOnReconnect: number;
   /** Buckets left for a later report because a report was full. */
   bucketsDeferred: number;
   directivesApplied: number;
@@ -82,10 +87,12 @@ export interface ReporterStats {
  * lockstep) it snapshots and resets each bucket's window counts, sends ONE batched report to the
  * current client, and applies the directives in the reply.
  *
- * Flush triggers: the interval timer, or `flush()`. At most one report is in flight; a tick that
- * finds one still running sends nothing and its counts wait for the next tick. A failed report
- * (rejection, timeout) moves to the next client (round robin) and its counts stay pending: the
- * next report covers both windows, with the window start of the failed one, so rates stay exact.
+ * Flush triggers: the interval timer, `flush()`, or, after reports failed, the connection of a
+ * client coming back (`whenConnected`, once per reconnect; the interval restarts from that report).
+ * At most one report is in flight; a tick that finds one still running sends nothing and its
+ * counts wait for the next tick. A failed report (rejection, timeout) moves to the next client
+ * (round robin) and its counts stay pending: the next report covers both windows, with the window
+ * start of the failed one, so rates stay exact.
  * `carryOverMaxMs` bounds how far back that window may reach. Nothing here can block or fail a
  * decision: the hot path only ever reads the fields this loop writes.
  */
@@ -116,12 +123,15 @@ export class Reporter {
     failovers: 0,
     consecutiveFailures: 0,
     reportsSkippedInFlight: 0,
+    reportsOnReconnect: 0,
     bucketsDeferred: 0,
     directivesApplied: 0,
     directivesOutdated: 0,
     directivesUnknown: 0,
   };
   readonly #candidates: Bucket[] = [];
+  /** Per client: waiting for its connection to come back after a failed report (`whenConnected`). */
+  readonly #reconnectWatches: (Cancellable | undefined)[];
 
   constructor(config: ReporterConfig) {
     this.#config = config;
@@ -131,6 +141,7 @@ export class Reporter {
     const nowMs = config.scheduler.nowMs();
     this.#lastSnapshotMs = nowMs;
     this.#reportStartMs = nowMs;
+    this.#reconnectWatches = config.clients.map(() => undefined);
   }
 
   get intervalMs(): number {
@@ -151,6 +162,10 @@ export class Reporter {
     if (this.#stopped) return;
     this.#timer?.cancel();
     this.#timer = undefined;
+    for (const [index, watch] of this.#reconnectWatches.entries()) {
+      watch?.cancel();
+      this.#reconnectWatches[index] = undefined;
+    }
     if (finalReport) await this.flush();
     this.#stopped = true;
   }
@@ -374,6 +389,7 @@ export class Reporter {
   #onFailure(client: ControlClient, clientIndex: number, error: SpillwayError): void {
     this.#stats.reportsFailed++;
     const failures = ++this.#stats.consecutiveFailures;
+    this.#watchReconnect(client, clientIndex);
     const clients = this.#config.clients;
     if (clients.length > 1 && this.#clientIndex === clientIndex) {
       this.#clientIndex = (clientIndex + 1) % clients.length;
@@ -391,6 +407,26 @@ export class Reporter {
         'global limiter report failed; decisions continue on the last directives',
       );
     }
+  }
+
+  /**
+   * After a report to `client` failed, waits for its connection to come back (transports that
+   * tell: gRPC). If reports are still failing then, the next goes to this client at once and the
+   * interval restarts from it: after an outage the parent gets this host's counts, and the host its
+   * directives, without waiting out the rest of the interval. One report per reconnect, never more
+   * than the timer would have sent.
+   */
+  #watchReconnect(client: ControlClient, clientIndex: number): void {
+    if (!client.whenConnected || this.#reconnectWatches[clientIndex] !== undefined) return;
+    if (!this.#started || this.#stopped) return;
+    this.#reconnectWatches[clientIndex] = client.whenConnected(() => {
+      this.#reconnectWatches[clientIndex] = undefined;
+      if (this.#stopped || this.#stats.consecutiveFailures === 0 || this.#inFlight) return;
+      this.#clientIndex = clientIndex;
+      this.#stats.reportsOnReconnect++;
+      this.#timer?.cancel();
+      this.#tick();
+    });
   }
 
   #noteOverflow(): void {

@@ -159,6 +159,18 @@ export function addAggregatorMetrics(
         (s) => s.counters.skippedForwards,
       ),
       single(
+        'spillway_aggregator_reconnect_forwards_total',
+        "Forwards sent at once when a parent's connection came back while no parent answered.",
+        'counter',
+        (s) => s.counters.reconnectForwards,
+      ),
+      single(
+        'spillway_aggregator_cold_forwards_total',
+        'Forwards sent at once because a host reported while no directive was fresh (one per such spell).',
+        'counter',
+        (s) => s.counters.coldForwards,
+      ),
+      single(
         'spillway_aggregator_outdated_directives_total',
         'Directives ignored as older than the one cached.',
         'counter',

@@ -25,6 +25,7 @@ export function instrumentControlClient(client: ControlClient, metrics: Spillway
         metrics.observeReportSent(client.target, result, (performance.now() - started) / 1000);
       }
     },
+    ...(client.whenConnected ? { whenConnected: client.whenConnected.bind(client) } : {}),
     close: () => client.close(),
   };
 }

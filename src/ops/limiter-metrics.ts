@@ -187,6 +187,12 @@ export function addLimiterMetrics(
       (s) => s.reporter.reportsSkippedInFlight,
     ),
     single(
+      'spillway_reports_on_reconnect_total',
+      "Reports sent at once when a parent's connection came back after reports failed.",
+      'counter',
+      (s) => s.reporter.reportsOnReconnect,
+    ),
+    single(
       'spillway_directives_applied_total',
       'Directives applied from replies.',
       'counter',

@@ -1,3 +1,4 @@
+import type { Cancellable } from '../core/clock.js';
 import type { ReportRequest, ReportResponse } from '../gen/spillway/v1/control_pb.js';
 
 /**
@@ -13,6 +14,14 @@ export interface ControlClient {
   /** Where this client sends (an address such as `127.0.0.1:7070` or an in-memory name). */
   readonly target: string;
   report(request: ReportRequest, options: { timeoutMs: number }): Promise<ReportResponse>;
+  /**
+   * Optional (transports with connections): calls `listener` once, the next time a connection to
+   * `target` is established after this call, and never for one established before it (a stuck
+   * connection that stays up does not count). Never calls it synchronously, nor after `cancel()`
+   * or `close()`. A reporter whose report failed uses it to send its next report as soon as the
+   * parent is back, instead of at its next interval.
+   */
+  whenConnected?(listener: () => void): Cancellable;
   close(): void;
 }
 

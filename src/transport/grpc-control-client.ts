@@ -7,6 +7,7 @@ import {
   Metadata,
   status,
 } from '@grpc/grpc-js';
+import type { Cancellable } from '../core/clock.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import type { ReportRequest, ReportResponse } from '../gen/spillway/v1/control_pb.js';
 import type { ControlClient } from './control-transport.js';
@@ -115,6 +116,12 @@ const DEFAULT_CHANNEL_OPTIONS: ChannelOptions = {
  * credentials through a process-wide subchannel pool: while the replaced client is open, or while
  * another client in the process uses the same connection, a fresh client would get the stuck
  * connection back. Each client therefore uses a pool of its own (`grpc.use_local_subchannel_pool`).
+ *
+ * `whenConnected` watches the channel's connectivity: it fires when the channel becomes READY after
+ * the call, following a replaced connection to its successor. While a parent is down the channel
+ * retries on its own with the reconnect backoff once a report has found it down (a connection
+ * that merely dropped leaves the channel idle until the next report), so a reporter learns that
+ * its parent is back within one backoff period, without sending a report to find out.
  *
  * A replaced connection that never got established leaves its TCP connect pending in grpc-js
  * 1.14 until the kernel gives up on the SYN (about 2 minutes with `tcp_syn_retries` = 6) or the
@@ -255,6 +262,51 @@ export function createGrpcControlClient(
           reject(toSpillwayError(target, error));
         }
       });
+    },
+    whenConnected(listener: () => void): Cancellable {
+      /** Fired or cancelled: no more watching. */
+      let done = false;
+      let cancelled = false;
+      const fire = (): void => {
+        done = true;
+        // Not from inside grpc-js's state update: the listener typically starts a call at once.
+        setImmediate(() => {
+          if (!cancelled && !closed) listener();
+        });
+      };
+      /**
+       * Watches `generation`'s channel from `state` on; follows the connection to its replacement
+       * (after timeouts), which counts as established when it is READY by then.
+       */
+      const watch = (generation: Generation, state: connectivityState): void => {
+        if (done || closed) return;
+        const channel = generation.client.getChannel();
+        try {
+          channel.watchConnectivityState(state, Number.POSITIVE_INFINITY, () => {
+            if (done || closed) return;
+            if (generation !== current) {
+              const next = current.client.getChannel().getConnectivityState(false);
+              if (next === connectivityState.READY) fire();
+              else watch(current, next);
+              return;
+            }
+            const next = channel.getConnectivityState(false);
+            if (next === connectivityState.READY) fire();
+            else watch(generation, next);
+          });
+        } catch {
+          // The channel shut down (this client closed, or the generation was replaced and closed).
+          if (!closed && generation !== current)
+            watch(current, current.client.getChannel().getConnectivityState(false));
+        }
+      };
+      watch(current, current.client.getChannel().getConnectivityState(false));
+      return {
+        cancel() {
+          done = true;
+          cancelled = true;
+        },
+      };
     },
     close(): void {
       if (closed) return;

@@ -43,11 +43,21 @@ interface Endpoint {
   handler: ReportHandler;
 }
 
+/** A client's `whenConnected` waiting for its target to listen again or its partition to heal. */
+interface ConnectWatcher {
+  from: string;
+  to: string;
+  /** Cancelled, or its client closed: never called. */
+  done: boolean;
+  listener: () => void;
+}
+
 export class InMemoryNetwork {
   readonly #scheduler: Scheduler;
   readonly #random: Random;
   readonly #endpoints = new Map<string, Endpoint>();
   readonly #down = new Set<string>();
+  readonly #connectWatchers = new Set<ConnectWatcher>();
   #delayMs = 0;
   #jitterMs = 0;
   #lossRate = 0;
@@ -74,6 +84,7 @@ export class InMemoryNetwork {
     }
     const endpoint: Endpoint = { handler };
     this.#endpoints.set(address, endpoint);
+    this.#connected(address);
     return {
       address,
       close: async () => {
@@ -82,18 +93,50 @@ export class InMemoryNetwork {
     };
   }
 
-  /** A client sending to `address`; `from` names the sender (the peer a handler sees, and what `partition` matches). */
+  /**
+   * A client sending to `address`; `from` names the sender (the peer a handler sees, and what
+   * `partition` matches). Its `whenConnected` fires, one trip later (a handshake), when a server
+   * starts listening at `address` or a partition of either end heals while the other is reachable:
+   * the moments a real connection would be established again.
+   */
   connect(address: string, options: { from?: string } = {}): ControlClient {
     const from = options.from ?? `client-${++this.#anonymousClients}`;
     let closed = false;
+    const watchers = new Set<ConnectWatcher>();
     return {
       target: address,
       report: (request, { timeoutMs }) =>
         closed
           ? Promise.reject(unavailable(address, 'client is closed'))
           : this.#send(from, address, request, timeoutMs),
+      whenConnected: (listener) => {
+        const watcher: ConnectWatcher = {
+          from,
+          to: address,
+          done: closed,
+          listener: () => {
+            watchers.delete(watcher);
+            listener();
+          },
+        };
+        const cancel = (): void => {
+          watcher.done = true;
+          watchers.delete(watcher);
+          this.#connectWatchers.delete(watcher);
+        };
+        if (!closed) {
+          watchers.add(watcher);
+          this.#connectWatchers.add(watcher);
+        }
+        return { cancel };
+      },
       close: () => {
         closed = true;
+        for (const watcher of watchers) {
+          watcher.done = true;
+          this.#connectWatchers.delete(watcher);
+        }
+        watchers.clear();
       },
     };
   }
@@ -101,7 +144,23 @@ export class InMemoryNetwork {
   /** While `down`, every message to or from `address` is lost (the sender sees ERR_SPILLWAY_STORE_UNAVAILABLE). */
   partition(address: string, down: boolean): void {
     if (down) this.#down.add(address);
-    else this.#down.delete(address);
+    else if (this.#down.delete(address)) this.#connected(address);
+  }
+
+  /** `address` became reachable: clients waiting on a connection to or from it are told, a trip later. */
+  #connected(address: string): void {
+    for (const watcher of this.#connectWatchers) {
+      if (watcher.to !== address && watcher.from !== address) continue;
+      if (!this.#endpoints.has(watcher.to) || this.#down.has(watcher.to) || this.#down.has(watcher.from)) {
+        continue;
+      }
+      this.#connectWatchers.delete(watcher);
+      this.#scheduler.setTimeout(() => {
+        if (watcher.done) return;
+        watcher.done = true;
+        watcher.listener();
+      }, this.#oneWayDelayMs());
+    }
   }
 
   /** Change delay, jitter or loss for every message sent from now on. */

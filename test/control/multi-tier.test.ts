@@ -159,7 +159,9 @@ describe('multi-tier chain (zone -> region -> controller)', () => {
       10_000,
     );
     controller.stop();
-    await region.stop();
-    for (const z of zones) await z.stop();
+    // stop() waits for a forward in flight, which needs virtual time to settle.
+    const stopped = Promise.all([region.stop(), ...zones.map((z) => z.stop())]);
+    await advance(clock, 100);
+    await stopped;
   });
 });

@@ -207,11 +207,15 @@ describe('control plane faults across real processes', { timeout: 180_000 }, () 
     const ms = await recovery('the new epoch within 5% of the limit', 20_000, (readings) =>
       readings.every((r) => r.epoch === epoch),
     );
+    const aggregatorSeries = await scrape(aggregator.ops);
+    const early = (name: string) => aggregatorSeries.get(name) ?? 0;
     t.diagnostic(
-      `restarted controller listening after ${listeningMs.toFixed(0)} ms; hosts within 5% of the limit on the new epoch ${ms.toFixed(0)} ms later (${(ms / INTERVAL_MS).toFixed(1)} intervals; target 3)`,
+      `restarted controller listening after ${listeningMs.toFixed(0)} ms; hosts within 5% of the limit on the new epoch ${ms.toFixed(0)} ms later (${(ms / INTERVAL_MS).toFixed(1)} intervals; target 3); aggregator forwards at reconnect ${early('spillway_aggregator_reconnect_forwards_total')}, cold ${early('spillway_aggregator_cold_forwards_total')}`,
     );
-    // Target: 3 intervals. Regression bound with room for gRPC reconnect backoff on a loaded CI box.
-    assert.ok(ms <= 10 * INTERVAL_MS, `took ${ms.toFixed(0)} ms`);
+    // Target: 3 intervals; typically 1-2 (the aggregator forwards when its connection is back, the
+    // controller answers that forward with a ratio, each host's next report brings it). Regression
+    // bound with room for a loaded CI machine's process and timer lag.
+    assert.ok(ms <= 6 * INTERVAL_MS, `took ${ms.toFixed(0)} ms`);
   });
 
   it('every tier restarted in turn under load: no crash, hosts count every call, the loop recovers', async (t) => {

@@ -266,3 +266,95 @@ describe('gRPC control client: replacing stuck connections', () => {
     }
   });
 });
+
+describe('gRPC control client: whenConnected', () => {
+  /** Short reconnect backoff so the file stays fast; the CLI caps it at one interval. */
+  const fastBackoff = {
+    channelOptions: {
+      'grpc.initial_reconnect_backoff_ms': 100,
+      'grpc.min_reconnect_backoff_ms': 100,
+      'grpc.max_reconnect_backoff_ms': 200,
+    },
+  };
+  const waitUntil = async (what: string, check: () => boolean, timeoutMs = 5_000) => {
+    const startedMs = performance.now();
+    while (!check()) {
+      if (performance.now() - startedMs > timeoutMs) assert.fail(`${what} within ${timeoutMs} ms`);
+      await new Promise((resolve) => setTimeout(resolve, 20));
+    }
+  };
+
+  it('tells once when the connection is established again after a failed report, without another report', async () => {
+    const server = await serve();
+    const proxy = await proxyTo(server.address);
+    proxy.setMode('reset'); // the parent is down: every connection is reset
+    const { client } = connect(proxy.address, fastBackoff);
+    assert.equal(
+      await outcome(client.report(reportOf(), { timeoutMs: OK_DEADLINE_MS })),
+      ErrorCode.StoreUnavailable,
+    );
+    let fired = 0;
+    let cancelledFired = 0;
+    client.whenConnected!(() => fired++);
+    client.whenConnected!(() => cancelledFired++).cancel();
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(fired, 0, 'still down: reconnect attempts are reset');
+    const acceptedWhileDown = proxy.accepted;
+    assert.ok(acceptedWhileDown >= 2, `the channel kept trying on its own: ${acceptedWhileDown} connections`);
+
+    proxy.setMode('pass'); // the parent is back
+    await waitUntil('whenConnected to fire', () => fired === 1);
+    assert.equal(cancelledFired, 0, 'a cancelled watch never fires');
+    assert.equal(await outcome(client.report(reportOf(), { timeoutMs: OK_DEADLINE_MS })), 'ok');
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    assert.equal(fired, 1, 'once');
+  });
+
+  it('does not fire for the connection already established, only for the next one', async () => {
+    const server = await serve();
+    const proxy = await proxyTo(server.address);
+    const { client } = connect(proxy.address, fastBackoff);
+    assert.equal(await outcome(client.report(reportOf(), { timeoutMs: OK_DEADLINE_MS })), 'ok');
+    let fired = 0;
+    client.whenConnected!(() => fired++);
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    assert.equal(fired, 0, 'established before the call: not told');
+    proxy.setMode('reset'); // the connection drops (the channel goes idle: nothing reconnects yet)
+    await outcome(client.report(reportOf(), { timeoutMs: OK_DEADLINE_MS }));
+    // The next report finds the parent down; from then on the channel retries on its own.
+    assert.equal(
+      await outcome(client.report(reportOf(), { timeoutMs: OK_DEADLINE_MS })),
+      ErrorCode.StoreUnavailable,
+    );
+    assert.equal(fired, 0);
+    proxy.setMode('pass');
+    await waitUntil('whenConnected to fire', () => fired === 1);
+  });
+
+  it('follows a stuck connection to its replacement, and fires when that one is established', async () => {
+    const server = await serve();
+    const proxy = await proxyTo(server.address);
+    const { client, events } = connect(proxy.address, fastBackoff);
+    assert.equal(await outcome(client.report(reportOf(), { timeoutMs: OK_DEADLINE_MS })), 'ok');
+    let fired = 0;
+    client.whenConnected!(() => fired++);
+    proxy.setMode('blackhole'); // packets vanish: the connection stays READY, reports time out
+    assert.equal(
+      await outcome(client.report(reportOf(), { timeoutMs: DEADLINE_MS })),
+      ErrorCode.StoreTimeout,
+    );
+    assert.equal(
+      await outcome(client.report(reportOf(), { timeoutMs: DEADLINE_MS })),
+      ErrorCode.StoreTimeout,
+    );
+    assert.equal(events.length, 1, 'replaced');
+    // The replacement connects at the next report; the partition holds its handshake.
+    assert.equal(
+      await outcome(client.report(reportOf(), { timeoutMs: DEADLINE_MS })),
+      ErrorCode.StoreTimeout,
+    );
+    assert.equal(fired, 0);
+    proxy.setMode('pass');
+    await waitUntil('whenConnected to fire', () => fired === 1);
+  });
+});

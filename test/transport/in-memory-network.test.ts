@@ -178,6 +178,43 @@ describe('InMemoryNetwork', () => {
     assert.equal(handled, 1);
   });
 
+  it('whenConnected: once, a trip after a server listens or a partition heals; never after cancel or close', async () => {
+    const clock = new ManualClock(0);
+    const network = new InMemoryNetwork({ scheduler: clock, delayMs: 3 });
+    const client = network.connect('ctl', { from: 'agg-1' });
+    const fired: number[] = [];
+    client.whenConnected!(() => fired.push(clock.nowMs()));
+    const cancelled = client.whenConnected!(() => fired.push(-1));
+    cancelled.cancel();
+    await stepTo(clock, 0, 10);
+    assert.equal(fired.length, 0, 'nothing listens: no connection');
+
+    const server = network.listen('ctl', () => reply());
+    assert.equal(fired.length, 0, 'never synchronously');
+    await stepTo(clock, 0, 20);
+    assert.deepEqual(fired, [13], 'one trip (3 ms) after the server listened, once');
+
+    // A link that is up does not count as established again, until a partition of either end heals.
+    client.whenConnected!(() => fired.push(clock.nowMs()));
+    network.partition('ctl', false);
+    await stepTo(clock, 0, 30);
+    assert.equal(fired.length, 1, 'healing what was not partitioned changes nothing');
+    network.partition('agg-1', true);
+    network.partition('agg-1', false);
+    await stepTo(clock, 0, 40);
+    assert.deepEqual(fired, [13, 33]);
+
+    // Closed clients and servers that close and come back.
+    await server.close();
+    const other = network.connect('ctl', { from: 'agg-2' });
+    client.whenConnected!(() => fired.push(-2));
+    other.whenConnected!(() => fired.push(clock.nowMs()));
+    client.close();
+    network.listen('ctl', () => reply());
+    await stepTo(clock, 0, 50);
+    assert.deepEqual(fired, [13, 33, 43]);
+  });
+
   it('loses the reply when the partition starts while the handler runs', async () => {
     const clock = new ManualClock(0);
     const network = new InMemoryNetwork({ scheduler: clock, delayMs: 1 });
