@@ -15,6 +15,8 @@ import { createGrpcControlClient } from '../../src/transport/grpc-control-client
 import {
   REPO_ROOT,
   type SpillwayProcess,
+  scrape,
+  seriesKey,
   startSpillway,
   stopSpillway,
   waitFor,
@@ -196,8 +198,11 @@ describe('spillway controller --history', () => {
     running.push(controller);
     const client = createGrpcControlClient(controller.grpc!);
     let sequence = 0n;
+    /** The controller's tick count when a reply first showed the load: a later tick recorded it. */
+    let ticksWhenCounted: number | undefined;
     try {
-      // 40 offered in a 1 s window: 40 rps. Repeat until a directive shows a tick has counted it.
+      // 40 offered in a 1 s window: 40 rps. Repeat until a tick has counted it (the peaks are
+      // recorded at ticks; the reply to a report can carry a ratio computed before any tick).
       await waitFor('the controller to count the offered load', async () => {
         sequence += 1n;
         const response = await client.report(
@@ -211,7 +216,10 @@ describe('spillway controller --history', () => {
           }),
           { timeoutMs: 5_000 },
         );
-        return response.directives[0]?.offeredRps === 40 ? true : undefined;
+        if (response.directives[0]?.offeredRps !== 40) return undefined;
+        const ticks = (await scrape(controller.ops)).get(seriesKey('spillway_controller_ticks_total')) ?? 0;
+        ticksWhenCounted ??= ticks;
+        return ticks > ticksWhenCounted ? true : undefined;
       });
     } finally {
       client.close();
