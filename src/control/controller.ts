@@ -177,6 +177,17 @@ interface BucketState {
    * ratios wait for the next tick, which counts every child (a report alone would be a partial sum).
    */
   awaitingTick: boolean;
+  /**
+   * A tick counted no child's usage of the bucket while it is kept: every child expired (the
+   * controller was cut off from them), or none reports it any more (their hosts were cut off).
+   */
+  emptied: boolean;
+  /**
+   * Set by the first report that brings an emptied bucket back, childExpiryMs on (a child not back
+   * by then would have expired anyway): until then its sums hold only the children back so far,
+   * and its ratios are sent only where they do not loosen what a child's hosts apply (`loosens`).
+   */
+  regatherUntilMs: number;
   lastReportedMs: number;
   /** Global scope: the one group. Zone scope: the all-zone totals (never sent). */
   total: Group;
@@ -207,6 +218,12 @@ interface ChildState {
 const DEFAULT_MAX_BUCKETS = 200_000;
 /** A partial ratio may let a child's hosts admit this much more than they do now (noise), no more. */
 const PARTIAL_SLACK = 0.05;
+/**
+ * ... or this many standard deviations of the admitted share's sampling noise, when more: a window
+ * of n calls each dropped with probability r admits a share with deviation √(r(1−r)/n), 0.029 for
+ * 300 calls at r = 0.5, more than 5% of it.
+ */
+const PARTIAL_NOISE_Z = 3;
 const DEFAULT_MAX_CHILDREN = 10_000;
 
 /**
@@ -221,9 +238,12 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). A bucket reported
  * for the first time (every bucket, once a controller restarts) gets its first ratio the same way,
  * from the children that reported it so far; until a tick has counted every child such a partial
- * ratio is only sent where it does not loosen what the child's hosts apply (`loosens`). Ticks
- * still resum everything from scratch (expiry, cap, float drift). A stateful policy computes only
- * at ticks: its memory advances once per interval.
+ * ratio is only sent where it does not loosen what the child's hosts apply (`loosens`). So are
+ * the ratios of a bucket a tick found no child reporting (every child expired: the controller was
+ * cut off from them; or none reports it: their hosts were cut off from them), for childExpiryMs
+ * after the first report brings it back: its children come back one at a time, the first one's
+ * forward alone is only its hosts' share of the fleet, and a tick may fall between them. Ticks still resum everything from scratch (expiry, cap, float drift). A stateful policy
+ * computes only at ticks: its memory advances once per interval.
  *
  * Concurrency: everything is synchronous; `handleReport` never awaits, so a report and a tick never
  * interleave. Memory: bounded by maxChildren × (buckets per report) plus maxBuckets.
@@ -313,6 +333,8 @@ export function createController(options: ControllerOptions): Controller {
       resolved,
       removed: false,
       awaitingTick: false,
+      emptied: false,
+      regatherUntilMs: Number.NEGATIVE_INFINITY,
       lastReportedMs: 0,
       total: newGroup(resolved),
       zones: resolved.scope === 'zone' ? new Map() : undefined,
@@ -406,6 +428,10 @@ export function createController(options: ControllerOptions): Controller {
           if (!bucket) continue;
         }
         bucket.lastReportedMs = nowMs;
+        if (bucket.emptied) {
+          bucket.emptied = false;
+          bucket.regatherUntilMs = nowMs + childExpiryMs;
+        }
         usage.push({
           bucket,
           offeredRps: entry.offered * perSecond,
@@ -419,21 +445,21 @@ export function createController(options: ControllerOptions): Controller {
       if (policy.stateless) recomputeOnReport(child, previousUsage);
     }
     return create(ReportResponseSchema, {
-      directives: directivesFor(child),
+      directives: directivesFor(child, nowMs),
       reportIntervalMs: limits.config.intervalMs,
       epoch: epochBig,
       responderId: options.id,
     });
   }
 
-  function directivesFor(child: ChildState): Directive[] {
+  function directivesFor(child: ChildState, nowMs: number): Directive[] {
     const out: Directive[] = [];
     for (const usage of child.usage) {
       const bucket = usage.bucket;
       if (bucket.removed) continue;
       const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
       if (!group?.computed) continue;
-      if (group.partial && loosens(group, usage)) continue;
+      if ((group.partial || nowMs < bucket.regatherUntilMs) && loosens(group, usage)) continue;
       group.directive ??= create(DirectiveSchema, {
         bucket: bucket.key,
         dropRatio: group.dropRatio,
@@ -451,17 +477,22 @@ export function createController(options: ControllerOptions): Controller {
 
   /**
    * Whether `group`'s partial ratio would let the child's hosts admit more than they do now (by
-   * more than PARTIAL_SLACK): then the reply leaves the bucket out, and the hosts keep the ratio
-   * they hold until a tick has counted every child. A partial sum can only under-count the offered
+   * more than PARTIAL_SLACK, or than the sampling noise of the share they admit): then the reply
+   * leaves the bucket out, and the hosts keep the ratio they hold until a tick has counted every
+   * child (or the bucket's regathering is over). A partial sum can only under-count the offered
    * rate, so its ratio is a lower bound: sent when it asks at least as much as the hosts already
    * do (after an outage, when their held ratio decayed; a new bucket, which they do not limit
    * yet), withheld when it would undo a ratio still in force (the first zone's forward to a
-   * restarted controller, its sum a tenth of the fleet's).
+   * restarted controller, its sum a tenth of the fleet's; the first aggregator's forward after a
+   * partition that expired every child, its sum its own hosts' share).
    */
   function loosens(group: Group, usage: ChildUsage): boolean {
     if (!(usage.offeredRps > 0)) return false;
-    const admittedNow = Math.max(0, usage.admittedRps - usage.wouldDropRps) / usage.offeredRps;
-    return 1 - group.dropRatio > admittedNow * (1 + PARTIAL_SLACK);
+    const admittedNow = Math.min(1, Math.max(0, usage.admittedRps - usage.wouldDropRps) / usage.offeredRps);
+    // Reports cover about an interval: the calls the share was measured on.
+    const calls = (usage.offeredRps * limits.config.intervalMs) / 1000;
+    const noise = PARTIAL_NOISE_Z * Math.sqrt((admittedNow * (1 - admittedNow)) / Math.max(1, calls));
+    return 1 - group.dropRatio > Math.max(admittedNow * (1 + PARTIAL_SLACK), admittedNow + noise);
   }
 
   function resetGroup(group: Group): void {
@@ -624,6 +655,7 @@ export function createController(options: ControllerOptions): Controller {
         counters.expiredBuckets++;
         continue;
       }
+      if (bucket.total.children === 0) bucket.emptied = true;
       if (bucket.zones) {
         for (const [zone, group] of bucket.zones) {
           // A zone whose children all expired: its memory goes with them (bounded by zones seen).
