@@ -210,7 +210,11 @@ export async function watchServing(
           `${r.id} holds its ratio ${held[i]!.effectiveRatio} at ${atMs.toFixed(0)} ms, applies ${r.effectiveRatio}`,
         );
       }
-      assert.ok(r.effectiveRatio > 0 || atMs > holdUntilMs, `${r.id} still applies a ratio`);
+      assert.ok(
+        r.effectiveRatio > 0 || atMs > holdUntilMs,
+        `${r.id} still applies a ratio at ${atMs.toFixed(0)} ms (its directive's ${r.dropRatio}, epoch ${r.epoch}, ` +
+          `${r.directiveAgeMs.toFixed(0)} ms old)`,
+      );
     });
     if (!held && atMs >= inFlightMs) held = readings;
     series.push({ atMs, readings });

@@ -188,8 +188,11 @@ test('network partitions between tiers in network namespaces', { timeout: 120_00
 
   /**
    * Time until the implied admission is within 5% of the limit with reports flowing and fresh
-   * directives (at most two intervals old) at every host; also when each of `crossing` (the
-   * processes whose reports cross the healed link) got a report through again.
+   * directives (at most two intervals old) at every host, all about the same ratio (one global
+   * bucket: otherwise a host on a ratio from a partial sum, 0, and one on a ratio from a sum that
+   * still counts a host twice, 0.5, add up to the limit, 300 × 0.5 + 150 × 1, and the next phase
+   * starts with a host admitting everything); also when each of `crossing` (the processes whose
+   * reports cross the healed link) got a report through again.
    */
   async function recovery(what: string, crossing: SpillwayProcess[] = [], timeoutMs = 30_000) {
     const startedMs = performance.now();
@@ -203,9 +206,11 @@ test('network partitions between tiers in network namespaces', { timeout: 120_00
           if (firstReportMs[i] === undefined && count > okAtStart[i]!)
             firstReportMs[i] = performance.now() - startedMs;
         });
+        const ratios = readings.map((r) => r.dropRatio);
         const settled =
           Math.abs(impliedAdmittedRps(specs, readings) - LIMIT_RPS) <= 0.05 * LIMIT_RPS &&
           readings.every((r) => r.consecutiveFailures === 0 && r.directiveAgeMs <= 2 * INTERVAL_MS) &&
+          Math.max(...ratios) - Math.min(...ratios) <= 0.1 &&
           firstReportMs.every((ms) => ms !== undefined);
         return settled ? true : undefined;
       },
