@@ -5,9 +5,8 @@ import { type Aggregator, createAggregator } from '../../src/control/aggregator.
 import { createController } from '../../src/control/controller.js';
 import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { Tier } from '../../src/gen/spillway/v1/control_pb.js';
-import { type BucketHandle, createGlobalLimiter, type GlobalLimiter } from '../../src/global/index.js';
 import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
-import { settle } from '../global/fixtures.js';
+import { startLoadedHosts } from './loaded-hosts.js';
 import { call, hostReport } from './report-fixtures.js';
 
 /**
@@ -53,42 +52,12 @@ function buildFleet(hosts: readonly HostSpec[], aggregatorIds: readonly string[]
     aggregator.start();
     return aggregator;
   });
-  const limiters: GlobalLimiter[] = [];
-  const handles: BucketHandle[] = [];
-  hosts.forEach((spec, i) => {
-    const limiter = createGlobalLimiter({
-      reporterId: `host-${i}`,
-      zone: 'z1',
-      clients: [network.connect(spec.aggregator, { from: `host-${i}` })],
-      intervalMs: INTERVAL_MS,
-      scheduler: clock,
-      random: seededRandom(100 + i),
-    });
-    limiter.start();
-    limiters.push(limiter);
-    handles.push(limiter.bucket('pay'));
-  });
-  const perStep = hosts.map((h) => (h.rps * STEP_MS) / 1000);
-  const credit = hosts.map(() => 0);
-
-  /** Virtual time with load: each host offers its rate, spread evenly over 10 ms steps. */
-  async function run(ms: number, each?: () => boolean): Promise<number | undefined> {
-    for (let elapsed = 0; elapsed < ms; elapsed += STEP_MS) {
-      handles.forEach((handle, i) => {
-        credit[i]! += perStep[i]!;
-        for (; credit[i]! >= 1; credit[i]!--) handle.allow();
-      });
-      clock.advance(STEP_MS);
-      await settle();
-      if (each?.()) return elapsed + STEP_MS;
-    }
-    return undefined;
-  }
-
-  const buckets = () => limiters.map((l) => l.snapshot().buckets.find((b) => b.key === 'pay')!);
-  /** Σ rate × (1 − applied ratio): what the fleet admits with the ratios it applies now. */
-  const impliedAdmittedRps = () =>
-    buckets().reduce((sum, b, i) => sum + hosts[i]!.rps * (1 - b.effectiveRatio), 0);
+  const { limiters, run, buckets, impliedAdmittedRps } = startLoadedHosts(
+    network,
+    clock,
+    hosts.map((h) => ({ zone: 'z1', aggregator: h.aggregator, rps: h.rps })),
+    { bucket: 'pay', intervalMs: INTERVAL_MS, stepMs: STEP_MS },
+  );
 
   return {
     clock,
