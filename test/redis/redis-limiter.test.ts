@@ -184,17 +184,18 @@ describe('Redis limiter arguments and keys', () => {
   });
 });
 
-describe('Redis limiter faults', () => {
-  function hungClient() {
-    const pending: ReturnType<typeof deferred<unknown>>[] = [];
-    const redis = createRecordingRedisClient(() => {
-      const d = deferred<unknown>();
-      pending.push(d);
-      return d.promise;
-    });
-    return { redis, pending };
-  }
+/** A Redis client whose every call waits until the test settles it (`pending[i]`), in call order. */
+function hungClient() {
+  const pending: ReturnType<typeof deferred<unknown>>[] = [];
+  const redis = createRecordingRedisClient(() => {
+    const d = deferred<unknown>();
+    pending.push(d);
+    return d.promise;
+  });
+  return { redis, pending };
+}
 
+describe('Redis limiter faults', () => {
   it('a timeout resolves with fail-open, and the late rejection is swallowed', async () => {
     const { redis, pending } = hungClient();
     const clock = new ManualClock();
@@ -426,12 +427,7 @@ describe('Redis limiter faults', () => {
 
 describe('Redis limiter deadlines (one shared timer)', () => {
   it('each call times out at its own deadline, however many are in flight', async () => {
-    const pending: ReturnType<typeof deferred<unknown>>[] = [];
-    const redis = createRecordingRedisClient(() => {
-      const d = deferred<unknown>();
-      pending.push(d);
-      return d.promise;
-    });
+    const { redis, pending } = hungClient();
     const clock = new ManualClock();
     const limiter = createRedisFixedWindow({
       redis,
@@ -478,12 +474,7 @@ describe('Redis limiter deadlines (one shared timer)', () => {
   });
 
   it('a call made after an idle spell still gets its full timeout', async () => {
-    const pending: ReturnType<typeof deferred<unknown>>[] = [];
-    const redis = createRecordingRedisClient(() => {
-      const d = deferred<unknown>();
-      pending.push(d);
-      return d.promise;
-    });
+    const { redis, pending } = hungClient();
     const clock = new ManualClock();
     const limiter = createRedisSlidingCounter({
       redis,
@@ -512,12 +503,7 @@ describe('Redis limiter deadlines (one shared timer)', () => {
   });
 
   it('NOSCRIPT after the timeout answered: no EVAL is sent, nothing is counted as a reload', async () => {
-    const pending: ReturnType<typeof deferred<unknown>>[] = [];
-    const redis = createRecordingRedisClient(() => {
-      const d = deferred<unknown>();
-      pending.push(d);
-      return d.promise;
-    });
+    const { redis, pending } = hungClient();
     const clock = new ManualClock();
     const limiter = createRedisTokenBucket({
       redis,
@@ -559,12 +545,7 @@ describe('Redis limiter deadlines on the Redis clock', () => {
   const MARGIN_MS = 5;
 
   function setUp() {
-    const pending: ReturnType<typeof deferred<unknown>>[] = [];
-    const redis = createRecordingRedisClient(() => {
-      const d = deferred<unknown>();
-      pending.push(d);
-      return d.promise;
-    });
+    const { redis, pending } = hungClient();
     const clock = new ManualClock();
     const limiter = createRedisFixedWindow({
       redis,
