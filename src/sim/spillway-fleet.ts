@@ -27,6 +27,8 @@ export interface SpillwayFleetOptions {
   scheduler: Scheduler;
   random: Random;
   tuning: SpillwayFleetTuning;
+  /** The network the fleet talks over (default: one built from the scenario's network options). */
+  network?: InMemoryNetwork;
 }
 
 const CONTROLLER_ADDRESS = 'controller';
@@ -39,12 +41,12 @@ const aggregatorAddress = (zone: number, index: number) => `agg-z${zone}-${index
  * protobuf over the `InMemoryNetwork` with the scenario's delay, jitter and loss. Nothing here is
  * a model of those components; the simulator only adds traffic and faults.
  *
- * Hosts list their zone's aggregators in failover order, rotated by host id so a zone's hosts
- * spread over its aggregators.
+ * Hosts list their zone's aggregators in failover order, rotated round-robin as they join the
+ * zone, so a zone's hosts spread evenly over its aggregators.
  */
 export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
   const { scenario, scheduler, random, variant, tuning } = options;
-  const network = new InMemoryNetwork({ scheduler, random, ...scenario.network });
+  const network = options.network ?? new InMemoryNetwork({ scheduler, random, ...scenario.network });
   const ratioPolicySpec: RatioPolicySpec | undefined =
     variant === 'plain' ? { kind: 'plain' } : tuning.ratioPolicy;
   const burstGuard: BurstGuardOptions | false = variant === 'guard' ? (tuning.burstGuard ?? {}) : false;
@@ -96,13 +98,20 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
   );
 
   const hosts = new Map<number, GlobalLimiter>();
+  // Hosts joined so far per zone: each new host's first aggregator is the next one round-robin, so a
+  // zone's hosts spread over its aggregators whatever ids the caller gives them. (Rotating by the
+  // host id alone put every host of a zone on the same first aggregator when ids are spread
+  // across zones as id % zones, which is how the simulator assigns them.)
+  const joinedPerZone = new Array<number>(scenario.zones).fill(0);
 
   return {
     addHost(hostId, zone) {
       const reporterId = `host-${hostId}`;
       const count = scenario.aggregatorsPerZone;
+      const first = (joinedPerZone[zone] ?? 0) % count;
+      joinedPerZone[zone] = (joinedPerZone[zone] ?? 0) + 1;
       const clients = Array.from({ length: count }, (_, i) =>
-        network.connect(aggregatorAddress(zone, (hostId + i) % count), { from: reporterId }),
+        network.connect(aggregatorAddress(zone, (first + i) % count), { from: reporterId }),
       );
       const limiter = createGlobalLimiter({
         reporterId,
