@@ -29,7 +29,14 @@ describe('createSpillwayFleet', () => {
       aggregatorsPerZone: 2,
       buckets: [{ key: 'b', limitRps: 100, offeredRps: [[0, 50]] }],
     });
-    const fleet = createSpillwayFleet({ variant: 'spillway', scenario, scheduler, random, tuning: {}, network });
+    const fleet = createSpillwayFleet({
+      variant: 'spillway',
+      scenario,
+      scheduler,
+      random,
+      tuning: {},
+      network,
+    });
     // How runSimulation assigns zones: host id % zones.
     for (let id = 0; id < 8; id++) fleet.addHost(id, id % scenario.zones);
     fleet.stop();
