@@ -34,7 +34,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { readListening } from '../test/integration/spillway-process.js';
-import { cpuSeconds, runOkUpstream } from './http-probes.js';
+import { cpuSeconds, proxyBucket, proxyRules, runOkUpstream, UPSTREAM_SOCKETS } from './http-probes.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -51,8 +51,6 @@ const HIGH_LIMIT = 1_000_000_000;
 const REDIS_WINDOW_SEC = 60;
 /** One-way delay added on the way to and from the "remote" Redis (BENCH_REMOTE_REDIS_DELAY_MS). */
 const REMOTE_REDIS_DELAY_MS = Number(process.env.BENCH_REMOTE_REDIS_DELAY_MS ?? 1);
-/** Upstream connections pooled by every forwarding case (the proxy's default, docs/proxy.md). */
-const UPSTREAM_SOCKETS = 128;
 /** The pairs whose ratios are the targets, run interleaved (see "paired runs" in main). */
 const TARGET_PAIRS: [string, string][] = [
   // A/A control: two identical bare proxies. What this comparison reports when nothing differs is
@@ -550,36 +548,61 @@ function limitsYaml(): string {
   ].join('\n');
 }
 
-/** A `spillway proxy` rules file (docs/proxy.md). */
-function proxyRules(upstream: string, backend: string[], buckets: string[]): string {
-  return [
-    'version: 1',
-    'upstream:',
-    `  url: http://${upstream}`,
-    `  connections: ${UPSTREAM_SOCKETS}`,
-    'backend:',
-    ...backend.map((line) => `  ${line}`),
-    buckets.length === 0 ? 'buckets: []' : 'buckets:',
-    ...buckets.map((line) => `  ${line}`),
-    '',
-  ].join('\n');
-}
-
-function proxyBucket(name: string, limit: number, windowSec: number, key?: string): string[] {
-  return [
-    `- name: ${name}`,
-    ...(key === undefined ? [] : [`  key: "${key}"`]),
-    `  limit: ${limit}`,
-    `  windowSec: ${windowSec}`,
-  ];
-}
-
 function proxyHttpAddress(listening: Record<string, unknown>): string {
   for (const field of ['http', 'listen', 'address', 'proxy']) {
     const value = listening[field];
     if (typeof value === 'string') return value;
   }
   throw new Error(`proxy listening line has no address: ${JSON.stringify(listening)}`);
+}
+
+/** How late a 1 ms timer fired on one CPU of an otherwise idle machine, in ms. */
+interface MachineStalls {
+  cpus: string;
+  p99Ms: number;
+  p999Ms: number;
+  maxMs: number;
+}
+
+/**
+ * The `stalls` role: for `seconds`, a 1 ms timer records how late it fires (jHiccup's idea). On an
+ * idle machine that lateness is the machine's own: the VM descheduled, the host busy. No latency
+ * percentile measured here can be finer than it.
+ */
+async function runStallProbe(seconds: number): Promise<void> {
+  const lateness: number[] = [];
+  let last = performance.now();
+  const timer = setInterval(() => {
+    const now = performance.now();
+    lateness.push(Math.max(0, now - last - 1));
+    last = now;
+  }, 1);
+  await new Promise((resolve) => setTimeout(resolve, seconds * 1000));
+  clearInterval(timer);
+  const s = summarize(lateness);
+  process.stdout.write(
+    `${JSON.stringify({ p99Ms: s.p99Us / 1000, p999Ms: s.p999Us / 1000, maxMs: s.maxUs / 1000 })}\n`,
+  );
+}
+
+/** The stall probe on the case CPU and on the shared CPU at once, nothing else running. */
+async function machineStalls(seconds = 10): Promise<MachineStalls[]> {
+  const placements = PINNING ? [CASE_CPUS, SHARED_CPUS] : ['any'];
+  return Promise.all(
+    placements.map(async (cpus) => {
+      const child = spawnPinned(
+        ['--import', 'tsx', SELF, 'stalls', String(seconds)],
+        cpus === 'any' ? '0' : cpus,
+        ['ignore', 'pipe', 'inherit'],
+      );
+      let stdout = '';
+      child.stdout!.on('data', (chunk: Buffer) => {
+        stdout += chunk.toString();
+      });
+      await new Promise((resolve) => child.once('exit', resolve));
+      return { cpus, ...(JSON.parse(stdout.trim().split('\n').at(-1)!) as Omit<MachineStalls, 'cpus'>) };
+    }),
+  );
 }
 
 interface InProcessRow {
@@ -667,6 +690,7 @@ async function runInProcess(index: number): Promise<void> {
 
 async function main(): Promise<void> {
   const loadAverageStart = os.loadavg();
+  const stallsStart = await machineStalls();
   const inProcessRows = await inProcess();
   const { startRedis } = await import('../test/helpers/redis-server.js');
   const { startFaultProxy } = await import('../test/helpers/fault-proxy.js');
@@ -1048,6 +1072,8 @@ async function main(): Promise<void> {
       'express-rlf-redis-remote',
     );
 
+    // Every server is still up but idle: the machine's own stalls at the end, as at the start.
+    const stallsEnd = await machineStalls();
     const version = (pkg: string) =>
       (
         JSON.parse(readFileSync(join(ROOT, 'node_modules', pkg, 'package.json'), 'utf8')) as {
@@ -1061,6 +1087,8 @@ async function main(): Promise<void> {
       cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
       loadAverageStart: loadAverageStart.map((v) => Math.round(v * 100) / 100),
       loadAverageEnd: os.loadavg().map((v) => Math.round(v * 100) / 100),
+      stallsStart,
+      stallsEnd,
       express: version('express'),
       autocannon: version('autocannon'),
       rateLimiterFlexible: version('rate-limiter-flexible'),
@@ -1099,6 +1127,20 @@ async function main(): Promise<void> {
           ]
         : []),
       `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
+      '',
+      "The machine's own stalls before and after the cases (a 1 ms timer's lateness over 10 s on each CPU while this",
+      "benchmark's processes are idle; whatever else the machine runs shows here): no latency percentile below can be measured finer than these.",
+      '',
+      '| when | CPU | p99 ms | p99.9 ms | max ms |',
+      '|---|---|---:|---:|---:|',
+      ...(
+        [
+          ['start', meta.stallsStart],
+          ['end', meta.stallsEnd],
+        ] as const
+      ).flatMap(([when, list]) =>
+        list.map((x) => `| ${when} | ${x.cpus} | ${n(x.p99Ms)} | ${n(x.p999Ms)} | ${n(x.maxMs)} |`),
+      ),
       '',
       'Every case forwards to the same upstream process (node:http, 200 "ok"). Per case: a',
       `${WARMUP_S} s warmup and a ${DURATION_S} s measured run at ${n(RATE, 0)} requests/s from an open-loop generator in its own`,
@@ -1223,4 +1265,5 @@ else if (role === 'express') await runExpress(process.argv.slice(3));
 else if (role === 'loadgen') await runLoadgen(process.argv.slice(3));
 else if (role === 'openloop') await runOpenLoop(process.argv.slice(3));
 else if (role === 'inprocess') await runInProcess(Number(process.argv[3]));
+else if (role === 'stalls') await runStallProbe(Number(process.argv[3]));
 else await main();

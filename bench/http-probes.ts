@@ -1,5 +1,6 @@
-// Pieces the HTTP benchmarks share (bench/edge.bench.ts, scripts/profile-proxy.ts): the upstream
-// every case forwards to, and the CPU-time probe of the process under test.
+// Pieces the HTTP benchmarks share (bench/edge.bench.ts, bench/edge-instructions.bench.ts,
+// scripts/profile-proxy.ts): the upstream every case forwards to, the proxy rules files, and the
+// CPU-time probe of the process under test.
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import http from 'node:http';
@@ -39,4 +40,31 @@ export function cpuSeconds(pid: number | undefined): number {
   } catch {
     return Number.NaN;
   }
+}
+
+/** Upstream connections pooled by every forwarding case (the proxy's default, docs/proxy.md). */
+export const UPSTREAM_SOCKETS = 128;
+
+/** A `spillway proxy` rules file (docs/proxy.md). */
+export function proxyRules(upstream: string, backend: string[], buckets: string[]): string {
+  return [
+    'version: 1',
+    'upstream:',
+    `  url: http://${upstream}`,
+    `  connections: ${UPSTREAM_SOCKETS}`,
+    'backend:',
+    ...backend.map((line) => `  ${line}`),
+    buckets.length === 0 ? 'buckets: []' : 'buckets:',
+    ...buckets.map((line) => `  ${line}`),
+    '',
+  ].join('\n');
+}
+
+export function proxyBucket(name: string, limit: number, windowSec: number, key?: string): string[] {
+  return [
+    `- name: ${name}`,
+    ...(key === undefined ? [] : [`  key: "${key}"`]),
+    `  limit: ${limit}`,
+    `  windowSec: ${windowSec}`,
+  ];
 }

@@ -21,7 +21,7 @@ import os from 'node:os';
 import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
-import { cpuSeconds, runOkUpstream } from '../bench/http-probes.js';
+import { cpuSeconds, proxyRules, runOkUpstream } from '../bench/http-probes.js';
 import { readListening } from '../test/integration/spillway-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -177,20 +177,6 @@ async function measure(
   return { ...result, cpuUsPerRequest: (cpu * 1e6) / Math.max(1, result.requests) };
 }
 
-function rulesYaml(upstream: string, backend: string[], buckets: string[]): string {
-  return [
-    'version: 1',
-    'upstream:',
-    `  url: http://${upstream}`,
-    '  connections: 128',
-    'backend:',
-    ...backend.map((line) => `  ${line}`),
-    buckets.length === 0 ? 'buckets: []' : 'buckets:',
-    ...buckets.map((line) => `  ${line}`),
-    '',
-  ].join('\n');
-}
-
 function spillway(args: string[]): string[] {
   return ['--import', 'tsx', 'src/cli/entry.ts', ...args, '--listen', '127.0.0.1:0', '--ops', '127.0.0.1:0'];
 }
@@ -292,10 +278,10 @@ async function main(argv: string[]): Promise<void> {
       }
       const rules =
         id === 'bare'
-          ? rulesYaml(upstreamAddress, ['kind: local'], [])
+          ? proxyRules(upstreamAddress, ['kind: local'], [])
           : id === 'local'
-            ? rulesYaml(upstreamAddress, ['kind: local'], bucket)
-            : rulesYaml(
+            ? proxyRules(upstreamAddress, ['kind: local'], bucket)
+            : proxyRules(
                 upstreamAddress,
                 ['kind: global', `aggregators: ["${aggregatorAddress}"]`, 'zone: z1'],
                 bucket,
