@@ -1,0 +1,379 @@
+// What a rate limit decision adds to a proxied request, in CPU instructions: counts that do not
+// move with the machine's load, unlike the latency figures of bench/edge.bench.ts (a VM whose tail
+// moves by milliseconds from run to run; see that file's A/A control and machine stalls).
+//
+// Each `spillway proxy` runs under valgrind's callgrind, which counts every instruction the process
+// executes (all its threads: JIT-compiled code, the garbage collector, libuv). The load generator,
+// upstream, Redis, controller and aggregator run natively.
+//
+// Paired in one process: each proxy's rules put one bucket on `/limited/…` and none on `/free/…`, so
+// the same process, in the same JIT and heap state, serves requests decided by its backend and
+// requests that only forward. Windows alternate (free, limited, limited, free, …), counters zeroed
+// before and dumped after each; what a decision adds per request is the difference of a pair of
+// adjacent windows, median over pairs. Background work (timers, the global backend's reports every
+// second) falls in both windows of a pair alike and mostly cancels; the idle rate is printed too.
+//
+// Run: npm run build && node --import tsx bench/edge-instructions.bench.ts (needs valgrind).
+// Env: BENCH_REQUESTS (2000 per window), BENCH_PAIRS (6). Writes bench/results/edge-instructions.{md,json}.
+import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { readListening } from '../test/integration/spillway-process.js';
+import { proxyRules, runOkUpstream } from './http-probes.js';
+
+const ROOT = fileURLToPath(new URL('..', import.meta.url));
+const SELF = fileURLToPath(import.meta.url);
+const COMMAND = 'node --import tsx bench/edge-instructions.bench.ts';
+const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 2000);
+const PAIRS = Number(process.env.BENCH_PAIRS ?? 6);
+const IDLE_S = 5;
+const WARMUP_REQUESTS = 3000;
+/** Requests in flight at once: enough to keep the (slow, instrumented) proxy busy, few enough that nothing queues long. */
+const CONCURRENCY = 4;
+const HIGH_LIMIT = 1_000_000_000;
+const ENTRY = join(ROOT, 'dist/src/cli/entry.js');
+
+interface CaseSpec {
+  id: string;
+  label: string;
+  backend: (env: Env) => string[];
+  /** The bucket's key template (default: one fixed key). */
+  key?: string;
+  windowSec: number;
+}
+
+interface Env {
+  upstream: string;
+  aggregator: string;
+  redis: string;
+}
+
+const CASES: CaseSpec[] = [
+  {
+    id: 'global',
+    label: 'global backend, one fixed-key bucket',
+    backend: ({ aggregator }) => ['kind: global', `aggregators: ["${aggregator}"]`, 'zone: z1'],
+    windowSec: 1,
+  },
+  {
+    id: 'global-client',
+    label: 'global backend, bucket keyed by client address',
+    backend: ({ aggregator }) => ['kind: global', `aggregators: ["${aggregator}"]`, 'zone: z1'],
+    key: 'edge:{client}',
+    windowSec: 1,
+  },
+  {
+    id: 'local',
+    label: 'local backend (token bucket), keyed by client address',
+    backend: () => ['kind: local'],
+    key: 'edge:{client}',
+    windowSec: 1,
+  },
+  {
+    id: 'redis',
+    label: 'Redis backend, sliding window keyed by client address (loopback)',
+    backend: ({ redis }) => [
+      'kind: redis',
+      `url: redis://${redis}`,
+      'algorithm: sliding-counter',
+      'timeoutMs: 100',
+    ],
+    key: 'edge:{client}',
+    windowSec: 60,
+  },
+];
+
+function rulesFor(spec: CaseSpec, env: Env): string {
+  return proxyRules(env.upstream, spec.backend(env), [
+    '- name: edge',
+    ...(spec.key === undefined ? [] : [`  key: "${spec.key}"`]),
+    `  limit: ${HIGH_LIMIT}`,
+    `  windowSec: ${spec.windowSec}`,
+    '  match:',
+    '    prefix: /limited',
+  ]);
+}
+
+interface Window {
+  path: 'free' | 'limited';
+  instructions: number;
+  seconds: number;
+  failures: number;
+}
+
+const children: ChildProcess[] = [];
+
+async function startNative(name: string, args: string[]): Promise<Record<string, unknown>> {
+  const child = spawn(process.execPath, args, {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
+  children.push(child);
+  return readListening(name, child, [], 60_000);
+}
+
+/** A proxy under callgrind. valgrind execs the tool in place: the child's pid is the counted process. */
+async function startCounted(
+  id: string,
+  rulesPath: string,
+  outDir: string,
+): Promise<{ child: ChildProcess; pid: number; origin: string; outFile: string }> {
+  const outFile = join(outDir, `${id}.callgrind`);
+  const child = spawn(
+    'valgrind',
+    [
+      '--tool=callgrind',
+      `--callgrind-out-file=${outFile}`,
+      // Totals are all this reads: no per-instruction or per-line data.
+      '--dump-instr=no',
+      '--dump-line=no',
+      process.execPath,
+      ENTRY,
+      'proxy',
+      '--config',
+      rulesPath,
+      '--listen',
+      '127.0.0.1:0',
+      '--ops',
+      '127.0.0.1:0',
+      '--log-level',
+      'warn',
+    ],
+    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } },
+  );
+  children.push(child);
+  const listening = await readListening(id, child, [], 300_000);
+  const address = listening.proxy;
+  if (typeof address !== 'string') throw new Error(`${id}: no proxy address in ${JSON.stringify(listening)}`);
+  return { child, pid: child.pid!, origin: `http://${address}`, outFile };
+}
+
+function callgrindControl(flag: '-z' | '-d', pid: number): void {
+  const r = spawnSync('callgrind_control', [flag, String(pid)], { encoding: 'utf8', timeout: 120_000 });
+  if (r.status !== 0) throw new Error(`callgrind_control ${flag} ${pid} failed: ${r.stderr || r.stdout}`);
+}
+
+/** The instruction total of dump number `n` of `outFile` (callgrind writes `<file>.<n>` per dump). */
+function dumpTotal(outFile: string, n: number): number {
+  const path = `${outFile}.${n}`;
+  for (let attempt = 0; attempt < 100 && !existsSync(path); attempt++) spawnSync('sleep', ['0.1']);
+  const match = /^(?:totals|summary): (\d+)/m.exec(readFileSync(path, 'utf8'));
+  if (!match) throw new Error(`no totals line in ${path}`);
+  rmSync(path);
+  return Number(match[1]);
+}
+
+/** Sends `count` GETs to `origin + path`, `CONCURRENCY` at a time on keep-alive connections; returns the failures. */
+async function send(origin: string, path: string, count: number): Promise<number> {
+  const { Pool } = await import('undici');
+  const pool = new Pool(origin, { connections: CONCURRENCY, pipelining: 1 });
+  let sent = 0;
+  let failures = 0;
+  const worker = async () => {
+    while (sent < count) {
+      sent++;
+      try {
+        const response = await pool.request({ path, method: 'GET' });
+        await response.body.dump();
+        if (response.statusCode !== 200) failures++;
+      } catch {
+        failures++;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: CONCURRENCY }, worker));
+  await pool.close();
+  return failures;
+}
+
+interface CaseResult {
+  windows: Window[];
+  idlePerSecond: number;
+}
+
+async function measureCase(spec: CaseSpec, env: Env, dir: string): Promise<CaseResult> {
+  const rulesPath = join(dir, `${spec.id}.yaml`);
+  writeFileSync(rulesPath, rulesFor(spec, env));
+  const proxy = await startCounted(spec.id, rulesPath, dir);
+  let dumps = 0;
+  const counted = async <T>(
+    work: () => Promise<T>,
+  ): Promise<{ value: T; instructions: number; seconds: number }> => {
+    callgrindControl('-z', proxy.pid);
+    const started = performance.now();
+    const value = await work();
+    callgrindControl('-d', proxy.pid);
+    const seconds = (performance.now() - started) / 1000;
+    return { value, instructions: dumpTotal(proxy.outFile, ++dumps), seconds };
+  };
+  try {
+    await send(proxy.origin, '/free/warmup', WARMUP_REQUESTS);
+    await send(proxy.origin, '/limited/warmup', WARMUP_REQUESTS);
+    const windows: Window[] = [];
+    // free, limited | limited, free | free, limited …: each pair's order alternates, so a slow drift
+    // (the heap growing, code tiering up) does not always favour the same side.
+    for (let pair = 0; pair < PAIRS; pair++) {
+      const order: Window['path'][] = pair % 2 === 0 ? ['free', 'limited'] : ['limited', 'free'];
+      for (const path of order) {
+        const w = await counted(() => send(proxy.origin, `/${path}/x`, REQUESTS));
+        windows.push({ path, instructions: w.instructions, seconds: w.seconds, failures: w.value });
+      }
+      const [a, b] = windows.slice(-2) as [Window, Window];
+      const free = a.path === 'free' ? a : b;
+      const limited = a.path === 'free' ? b : a;
+      process.stdout.write(
+        `${spec.id} pair ${pair + 1}: free ${fmt(free.instructions / REQUESTS)}, limited ${fmt(limited.instructions / REQUESTS)} instructions/request\n`,
+      );
+    }
+    const idle = await counted(() => new Promise((resolve) => setTimeout(resolve, IDLE_S * 1000)));
+    return { windows, idlePerSecond: idle.instructions / idle.seconds };
+  } finally {
+    proxy.child.kill('SIGKILL');
+    await new Promise((resolve) => proxy.child.once('exit', resolve));
+  }
+}
+
+function median(values: number[]): number {
+  const sorted = [...values].sort((a, b) => a - b);
+  const mid = Math.floor(sorted.length / 2);
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}
+
+const fmt = (n: number) => Math.round(n).toLocaleString('en-US');
+const pct = (n: number) => `${n >= 0 ? '+' : ''}${(n * 100).toFixed(1)}%`;
+
+async function main(): Promise<void> {
+  if (spawnSync('valgrind', ['--version']).status !== 0) {
+    console.error('valgrind is not installed (apt-get install -y valgrind); nothing measured');
+    process.exit(1);
+  }
+  if (!existsSync(ENTRY)) {
+    console.error(`${ENTRY} is missing: run \`npm run build\` first`);
+    process.exit(1);
+  }
+  const { startRedis } = await import('../test/helpers/redis-server.js');
+  const dir = mkdtempSync(join(os.tmpdir(), 'spillway-edge-instructions-'));
+  const redis = await startRedis();
+  const stop = () => {
+    for (const child of children)
+      if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
+  };
+  for (const signal of ['SIGINT', 'SIGTERM'] as const) {
+    process.once(signal, () => {
+      stop();
+      void redis.stop().finally(() => process.exit(130));
+    });
+  }
+  const valgrindVersion = spawnSync('valgrind', ['--version'], { encoding: 'utf8' }).stdout.trim();
+  const startedAt = new Date().toISOString();
+  const results = new Map<string, CaseResult>();
+  try {
+    const upstream = await startNative('upstream', ['--import', 'tsx', SELF, 'upstream']);
+    const limitsPath = join(dir, 'limits.yaml');
+    writeFileSync(
+      limitsPath,
+      `version: 1\nintervalMs: 1000\nbuckets:\n  - key: edge\n    limitRps: ${HIGH_LIMIT}\n    mode: enforce\n`,
+    );
+    const tier = (args: string[]) => [
+      ENTRY,
+      ...args,
+      '--listen',
+      '127.0.0.1:0',
+      '--ops',
+      '127.0.0.1:0',
+      '--log-level',
+      'warn',
+    ];
+    const controller = await startNative('controller', tier(['controller', '--config', limitsPath]));
+    const aggregator = await startNative(
+      'aggregator',
+      tier(['aggregator', '--zone', 'z1', '--parent', String(controller.grpc)]),
+    );
+    const env: Env = {
+      upstream: String(upstream.http),
+      aggregator: String(aggregator.grpc),
+      redis: `127.0.0.1:${redis.port}`,
+    };
+    for (const spec of CASES) results.set(spec.id, await measureCase(spec, env, dir));
+  } finally {
+    stop();
+    await redis.stop();
+    rmSync(dir, { recursive: true, force: true });
+  }
+
+  const rows = CASES.map((spec) => {
+    const { windows, idlePerSecond } = results.get(spec.id)!;
+    const pairs: { free: number; limited: number }[] = [];
+    for (let i = 0; i + 1 < windows.length; i += 2) {
+      const [a, b] = [windows[i]!, windows[i + 1]!];
+      const free = a.path === 'free' ? a : b;
+      const limited = a.path === 'free' ? b : a;
+      pairs.push({ free: free.instructions / REQUESTS, limited: limited.instructions / REQUESTS });
+    }
+    const added = pairs.map((p) => p.limited - p.free);
+    const addedShare = pairs.map((p) => p.limited / p.free - 1);
+    return {
+      id: spec.id,
+      label: spec.label,
+      free: median(pairs.map((p) => p.free)),
+      limited: median(pairs.map((p) => p.limited)),
+      added: median(added),
+      addedLow: Math.min(...added),
+      addedHigh: Math.max(...added),
+      addedShare: median(addedShare),
+      addedShareLow: Math.min(...addedShare),
+      addedShareHigh: Math.max(...addedShare),
+      idlePerSecond,
+      failures: windows.reduce((sum, w) => sum + w.failures, 0),
+      pairs,
+    };
+  });
+  const lines = [
+    '# Edge cost in instructions: what a decision adds to a proxied request',
+    '',
+    `${startedAt} · Node ${process.version} · ${valgrindVersion} · ${os.type()} ${os.release()} ${os.arch()}`,
+    '',
+    `Reproduce: \`npm run build && ${COMMAND}\` (${PAIRS} pairs of windows per case, ${fmt(REQUESTS)} requests per window).`,
+    '',
+    'Each `spillway proxy` runs under valgrind (callgrind), which counts every instruction the process',
+    'executes in all its threads: JIT-compiled JavaScript, the garbage collector, libuv (not the',
+    "kernel's work for its syscalls). Instruction counts do not move with other load on the machine, so",
+    'these figures hold on a VM whose latency tail does (bench/results/edge.md: its A/A control and machine stalls).',
+    'The load generator, upstream, Redis, controller and aggregator run natively.',
+    '',
+    'Paired in one process: the rules put one bucket (limit far above the load) on `/limited/…` and',
+    'none on `/free/…`, so the same process, in the same JIT and heap state, serves requests its backend',
+    `decides and requests it only forwards. After ${fmt(WARMUP_REQUESTS)} warmup requests on each path, windows of`,
+    `${fmt(REQUESTS)} requests (${CONCURRENCY} in flight, keep-alive) alternate free/limited, the order flipped every pair;`,
+    'counters are zeroed before and dumped after each window. "Added" is the limited window minus the',
+    'free one of each pair: median over pairs, range in brackets. Background work (timers, the global',
+    "backend's report every second) falls in both windows of a pair alike; the idle rate is shown for",
+    'scale (at 1,000 req/s, 1,000,000 instructions/s of background is 1,000 per request).',
+    '',
+    '| backend | free path, instructions / request | limited path | added by the decision | added, share of the free path | idle, instructions / s | failures |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+    ...rows.map(
+      (r) =>
+        `| ${r.label} | ${fmt(r.free)} | ${fmt(r.limited)} | ${fmt(r.added)} [${fmt(r.addedLow)} … ${fmt(r.addedHigh)}] | ${pct(r.addedShare)} [${pct(r.addedShareLow)} … ${pct(r.addedShareHigh)}] | ${fmt(r.idlePerSecond)} | ${r.failures} |`,
+    ),
+    '',
+    'The free path still matches the request against the rules (finding no bucket), so "added" is the',
+    'decision itself: bucket key, limiter call, `RateLimit` header fields, counters. For the Redis backend it',
+    'is the client side of one EVALSHA round trip; the wait for Redis costs no instructions here but is',
+    'latency (bench/results/edge.md), which is what an in-process decision avoids.',
+    '',
+  ];
+  const resultsDir = join(ROOT, 'bench/results');
+  writeFileSync(join(resultsDir, 'edge-instructions.md'), lines.join('\n'));
+  writeFileSync(
+    join(resultsDir, 'edge-instructions.json'),
+    `${JSON.stringify({ startedAt, node: process.version, valgrind: valgrindVersion, requests: REQUESTS, rows }, null, 2)}\n`,
+  );
+  process.stdout.write(`${lines.join('\n')}\nwrote bench/results/edge-instructions.md\n`);
+}
+
+if (process.argv[2] === 'upstream') await runOkUpstream();
+else await main();
