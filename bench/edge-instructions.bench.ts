@@ -11,10 +11,10 @@
 // requests that only forward. Windows alternate (free, limited, limited, free, …), counters zeroed
 // before and dumped after each; what a decision adds per request is the difference of a pair of
 // adjacent windows, median over pairs. Background work (timers, the global backend's reports every
-// second) falls in both windows of a pair alike and mostly cancels; the idle rate is printed too.
+// second) is taken out of each window at the idle rate measured before and after the pairs.
 //
-// Run: npm run build && node --import tsx bench/edge-instructions.bench.ts (needs valgrind).
-// Env: BENCH_REQUESTS (2000 per window), BENCH_PAIRS (6). Writes bench/results/edge-instructions.{md,json}.
+// Run: node --import tsx bench/edge-instructions.bench.ts (needs valgrind; builds dist/ first).
+// Env: BENCH_REQUESTS (2000 per window), BENCH_PAIRS (6), BENCH_CASES (ids, comma-separated; default all). Writes bench/results/edge-instructions.{md,json}.
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -29,7 +29,8 @@ const COMMAND = 'node --import tsx bench/edge-instructions.bench.ts';
 const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 2000);
 const PAIRS = Number(process.env.BENCH_PAIRS ?? 6);
 const IDLE_S = 5;
-const WARMUP_REQUESTS = 3000;
+/** Per path, before anything is counted: until the hot code is optimized (single-threaded V8 compiles on the main thread). */
+const WARMUP_REQUESTS = 8000;
 /** Requests in flight at once: enough to keep the (slow, instrumented) proxy busy, few enough that nothing queues long. */
 const CONCURRENCY = 4;
 const HIGH_LIMIT = 1_000_000_000;
@@ -131,6 +132,10 @@ async function startCounted(
       '--dump-instr=no',
       '--dump-line=no',
       process.execPath,
+      // No V8 helper threads (concurrent compilation, parallel GC): valgrind runs one thread at a
+      // time, so a thread spinning while it waits for another burns instructions in proportion to
+      // wall time, and the counts would move with the machine's load.
+      '--single-threaded',
       ENTRY,
       'proxy',
       '--config',
@@ -212,6 +217,8 @@ async function measureCase(spec: CaseSpec, env: Env, dir: string): Promise<CaseR
   try {
     await send(proxy.origin, '/free/warmup', WARMUP_REQUESTS);
     await send(proxy.origin, '/limited/warmup', WARMUP_REQUESTS);
+    const idle = () => counted(() => new Promise((resolve) => setTimeout(resolve, IDLE_S * 1000)));
+    const idleBefore = await idle();
     const windows: Window[] = [];
     // free, limited | limited, free | free, limited …: each pair's order alternates, so a slow drift
     // (the heap growing, code tiering up) does not always favour the same side.
@@ -225,11 +232,15 @@ async function measureCase(spec: CaseSpec, env: Env, dir: string): Promise<CaseR
       const free = a.path === 'free' ? a : b;
       const limited = a.path === 'free' ? b : a;
       process.stdout.write(
-        `${spec.id} pair ${pair + 1}: free ${fmt(free.instructions / REQUESTS)}, limited ${fmt(limited.instructions / REQUESTS)} instructions/request\n`,
+        `${spec.id} pair ${pair + 1}: free ${fmt(free.instructions / REQUESTS)}, limited ${fmt(limited.instructions / REQUESTS)} instructions/request (background included), windows ${free.seconds.toFixed(1)} / ${limited.seconds.toFixed(1)} s\n`,
       );
     }
-    const idle = await counted(() => new Promise((resolve) => setTimeout(resolve, IDLE_S * 1000)));
-    return { windows, idlePerSecond: idle.instructions / idle.seconds };
+    const idleAfter = await idle();
+    return {
+      windows,
+      idlePerSecond:
+        (idleBefore.instructions + idleAfter.instructions) / (idleBefore.seconds + idleAfter.seconds),
+    };
   } finally {
     proxy.child.kill('SIGKILL');
     await new Promise((resolve) => proxy.child.once('exit', resolve));
@@ -250,10 +261,14 @@ async function main(): Promise<void> {
     console.error('valgrind is not installed (apt-get install -y valgrind); nothing measured');
     process.exit(1);
   }
-  if (!existsSync(ENTRY)) {
-    console.error(`${ENTRY} is missing: run \`npm run build\` first`);
+  // The proxies run from dist/ (tsx under valgrind would count its own work): build what is measured.
+  const build = spawnSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'inherit' });
+  if (build.status !== 0 || !existsSync(ENTRY)) {
+    console.error('`npm run build` failed: nothing measured');
     process.exit(1);
   }
+  const only = process.env.BENCH_CASES?.split(',').filter((id) => id.length > 0);
+  const selected = CASES.filter((c) => only === undefined || only.includes(c.id));
   const { startRedis } = await import('../test/helpers/redis-server.js');
   const dir = mkdtempSync(join(os.tmpdir(), 'spillway-edge-instructions-'));
   const redis = await startRedis();
@@ -297,21 +312,24 @@ async function main(): Promise<void> {
       aggregator: String(aggregator.grpc),
       redis: `127.0.0.1:${redis.port}`,
     };
-    for (const spec of CASES) results.set(spec.id, await measureCase(spec, env, dir));
+    for (const spec of selected) results.set(spec.id, await measureCase(spec, env, dir));
   } finally {
     stop();
     await redis.stop();
     rmSync(dir, { recursive: true, force: true });
   }
 
-  const rows = CASES.map((spec) => {
+  const rows = selected.map((spec) => {
     const { windows, idlePerSecond } = results.get(spec.id)!;
     const pairs: { free: number; limited: number }[] = [];
     for (let i = 0; i + 1 < windows.length; i += 2) {
       const [a, b] = [windows[i]!, windows[i + 1]!];
       const free = a.path === 'free' ? a : b;
       const limited = a.path === 'free' ? b : a;
-      pairs.push({ free: free.instructions / REQUESTS, limited: limited.instructions / REQUESTS });
+      // Background (timers, reports) is per second, and a window's length depends on the machine:
+      // take it out at the idle rate measured before and after the pairs.
+      const perRequest = (w: Window) => (w.instructions - idlePerSecond * w.seconds) / REQUESTS;
+      pairs.push({ free: perRequest(free), limited: perRequest(limited) });
     }
     const added = pairs.map((p) => p.limited - p.free);
     const addedShare = pairs.map((p) => p.limited / p.free - 1);
@@ -336,7 +354,7 @@ async function main(): Promise<void> {
     '',
     `${startedAt} · Node ${process.version} · ${valgrindVersion} · ${os.type()} ${os.release()} ${os.arch()}`,
     '',
-    `Reproduce: \`npm run build && ${COMMAND}\` (${PAIRS} pairs of windows per case, ${fmt(REQUESTS)} requests per window).`,
+    `Reproduce: \`${COMMAND}\` (${PAIRS} pairs of windows per case, ${fmt(REQUESTS)} requests per window).`,
     '',
     'Each `spillway proxy` runs under valgrind (callgrind), which counts every instruction the process',
     'executes in all its threads: JIT-compiled JavaScript, the garbage collector, libuv (not the',
@@ -350,8 +368,9 @@ async function main(): Promise<void> {
     `${fmt(REQUESTS)} requests (${CONCURRENCY} in flight, keep-alive) alternate free/limited, the order flipped every pair;`,
     'counters are zeroed before and dumped after each window. "Added" is the limited window minus the',
     'free one of each pair: median over pairs, range in brackets. Background work (timers, the global',
-    "backend's report every second) falls in both windows of a pair alike; the idle rate is shown for",
-    'scale (at 1,000 req/s, 1,000,000 instructions/s of background is 1,000 per request).',
+    "backend's report every second) is taken out of every window at the idle rate (measured for",
+    `${IDLE_S} s before and after the pairs, nothing sent) times the window's length; it is shown for scale: at`,
+    '1,000 req/s, 1,000,000 instructions/s of background is 1,000 per request.',
     '',
     '| backend | free path, instructions / request | limited path | added by the decision | added, share of the free path | idle, instructions / s | failures |',
     '|---|---:|---:|---:|---:|---:|---:|',
