@@ -19,6 +19,7 @@ import {
 } from '../gen/spillway/v1/control_pb.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
@@ -159,7 +160,7 @@ interface Group {
   computed: boolean;
   /**
    * Computed from reports alone, no tick since: the sums may lack children that have not reported
-   * yet (a controller just started), so the ratio may be too low. See `loosens`.
+   * yet (a controller just started), so the ratio may be too low. See `loosensChild`.
    */
   partial: boolean;
   /** `version` when the ratio was last computed; directives carry it. */
@@ -185,7 +186,7 @@ interface BucketState {
   /**
    * Set by the first report that brings an emptied bucket back, childExpiryMs on (a child not back
    * by then would have expired anyway): until then its sums hold only the children back so far,
-   * and its ratios are sent only where they do not loosen what a child's hosts apply (`loosens`).
+   * and its ratios are sent only where they do not loosen what a child's hosts apply (`loosensChild`).
    */
   regatherUntilMs: number;
   lastReportedMs: number;
@@ -216,14 +217,6 @@ interface ChildState {
 }
 
 const DEFAULT_MAX_BUCKETS = 200_000;
-/** A partial ratio may let a child's hosts admit this much more than they do now (noise), no more. */
-const PARTIAL_SLACK = 0.05;
-/**
- * ... or this many standard deviations of the admitted share's sampling noise, when more: a window
- * of n calls each dropped with probability r admits a share with deviation √(r(1−r)/n), 0.029 for
- * 300 calls at r = 0.5, more than 5% of it.
- */
-const PARTIAL_NOISE_Z = 3;
 const DEFAULT_MAX_CHILDREN = 10_000;
 
 /**
@@ -238,7 +231,7 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). A bucket reported
  * for the first time (every bucket, once a controller restarts) gets its first ratio the same way,
  * from the children that reported it so far; until a tick has counted every child such a partial
- * ratio is only sent where it does not loosen what the child's hosts apply (`loosens`). So are
+ * ratio is only sent where it does not loosen what the child's hosts apply (`loosensChild`). So are
  * the ratios of a bucket a tick found no child reporting (every child expired: the controller was
  * cut off from them; or none reports it: their hosts were cut off from them), for childExpiryMs
  * after the first report brings it back: its children come back one at a time, the first one's
@@ -459,7 +452,7 @@ export function createController(options: ControllerOptions): Controller {
       if (bucket.removed) continue;
       const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
       if (!group?.computed) continue;
-      if ((group.partial || nowMs < bucket.regatherUntilMs) && loosens(group, usage)) continue;
+      if ((group.partial || nowMs < bucket.regatherUntilMs) && loosensChild(group, usage)) continue;
       group.directive ??= create(DirectiveSchema, {
         bucket: bucket.key,
         dropRatio: group.dropRatio,
@@ -476,23 +469,18 @@ export function createController(options: ControllerOptions): Controller {
   }
 
   /**
-   * Whether `group`'s partial ratio would let the child's hosts admit more than they do now (by
-   * more than PARTIAL_SLACK, or than the sampling noise of the share they admit): then the reply
-   * leaves the bucket out, and the hosts keep the ratio they hold until a tick has counted every
-   * child (or the bucket's regathering is over). A partial sum can only under-count the offered
-   * rate, so its ratio is a lower bound: sent when it asks at least as much as the hosts already
-   * do (after an outage, when their held ratio decayed; a new bucket, which they do not limit
-   * yet), withheld when it would undo a ratio still in force (the first zone's forward to a
-   * restarted controller, its sum a tenth of the fleet's; the first aggregator's forward after a
-   * partition that expired every child, its sum its own hosts' share).
+   * Whether `group`'s partial ratio would let the child's hosts admit more than they do now
+   * (`loosens`): then the reply leaves the bucket out, and the hosts keep the ratio they hold until
+   * a tick has counted every child (or the bucket's regathering is over). A partial sum can only
+   * under-count the offered rate, so its ratio is a lower bound: sent when it asks at least as much
+   * as the hosts already do (after an outage, when their held ratio decayed; a new bucket, which
+   * they do not limit yet), withheld when it would undo a ratio still in force (the first zone's
+   * forward to a restarted controller, its sum a tenth of the fleet's; the first aggregator's
+   * forward after a partition that expired every child, its sum its own hosts' share).
    */
-  function loosens(group: Group, usage: ChildUsage): boolean {
-    if (!(usage.offeredRps > 0)) return false;
-    const admittedNow = Math.min(1, Math.max(0, usage.admittedRps - usage.wouldDropRps) / usage.offeredRps);
+  function loosensChild(group: Group, usage: ChildUsage): boolean {
     // Reports cover about an interval: the calls the share was measured on.
-    const calls = (usage.offeredRps * limits.config.intervalMs) / 1000;
-    const noise = PARTIAL_NOISE_Z * Math.sqrt((admittedNow * (1 - admittedNow)) / Math.max(1, calls));
-    return 1 - group.dropRatio > Math.max(admittedNow * (1 + PARTIAL_SLACK), admittedNow + noise);
+    return loosens(group.dropRatio, usage, (usage.offeredRps * limits.config.intervalMs) / 1000);
   }
 
   function resetGroup(group: Group): void {
