@@ -21,9 +21,10 @@
 // Cases run round-robin in each round; reported figures are medians over rounds.
 //
 // Run: node --import tsx --expose-gc bench/edge.bench.ts
-// Env: BENCH_ROUNDS (3), BENCH_DURATION_S (10), BENCH_MAX_DURATION_S (5), BENCH_WARMUP_S (4),
+// Env: BENCH_ROUNDS (3), BENCH_DURATION_S (15), BENCH_MAX_DURATION_S (4), BENCH_WARMUP_S (3),
 //      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500),
-//      BENCH_CASES (comma-separated case ids to run, e.g. proxy-bare,proxy-global; default all).
+//      BENCH_CASES (comma-separated case ids to run, e.g. proxy-bare,proxy-global; default all),
+//      BENCH_PIN (1: pin processes to CPUs, see CPU placement; default off).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -212,6 +213,8 @@ interface LoadResult {
   latency429: LatencySummary;
   /** Open loop only: how late the generator sent requests against their scheduled arrival. */
   senderLateness?: LatencySummary;
+  /** Open loop only: answered requests of the generator's own warmup (not in any other field). */
+  warmupRequests?: number;
 }
 
 interface AutocannonInstance {
@@ -299,6 +302,9 @@ async function runOpenLoop(argv: string[]): Promise<void> {
       duration: { type: 'string' },
       rate: { type: 'string' },
       seed: { type: 'string', default: '1' },
+      // Sent at the same rate first, not recorded: this process's own cold start (module loading,
+      // JIT, opening connections) would otherwise be in the figures of every run.
+      warmup: { type: 'string', default: '0' },
     },
   });
   const { Pool } = await import('undici');
@@ -309,6 +315,7 @@ async function runOpenLoop(argv: string[]): Promise<void> {
   // at random, which splits a Poisson process into independent Poisson processes.
   const rate = Number(values.rate) * n;
   const durationMs = Number(values.duration) * 1000;
+  const warmupMs = Number(values.warmup) * 1000;
   const random = seededRandom(Number(values.seed));
   const targets = urls.map((url) => ({
     url,
@@ -318,28 +325,31 @@ async function runOpenLoop(argv: string[]): Promise<void> {
     lateness: [] as number[],
     other: 0,
     errors: 0,
+    warmupRequests: 0,
   }));
   let inFlight = 0;
-  const started = performance.now();
+  const warmupStarted = performance.now();
+  const started = warmupStarted + warmupMs;
   const end = started + durationMs;
-  let nextAt = started;
+  let nextAt = warmupStarted;
   let finish: () => void = () => {};
   const finished = new Promise<void>((resolve) => {
     finish = resolve;
   });
-  const send = (target: (typeof targets)[number], now: number) => {
+  const send = (target: (typeof targets)[number], now: number, record: boolean) => {
     inFlight++;
     target.pool
       .request({ path: target.url.pathname, method: 'GET' })
       .then(async (response) => {
         await response.body.dump();
         const ms = performance.now() - now;
-        if (response.statusCode >= 200 && response.statusCode < 300) target.ok.push(ms);
+        if (!record) target.warmupRequests++;
+        else if (response.statusCode >= 200 && response.statusCode < 300) target.ok.push(ms);
         else if (response.statusCode === 429) target.limited.push(ms);
         else target.other++;
       })
       .catch(() => {
-        target.errors++;
+        if (record) target.errors++;
       })
       .finally(() => {
         inFlight--;
@@ -350,8 +360,9 @@ async function runOpenLoop(argv: string[]): Promise<void> {
     const now = performance.now();
     while (nextAt <= now && nextAt < end) {
       const target = targets[n === 1 ? 0 : Math.min(n - 1, Math.floor(random() * n))]!;
-      target.lateness.push(now - nextAt);
-      send(target, now);
+      const record = nextAt >= started;
+      if (record) target.lateness.push(now - nextAt);
+      send(target, now, record);
       // Exponential gaps: a Poisson arrival process.
       nextAt += (-Math.log(1 - random()) * 1000) / rate;
     }
@@ -376,6 +387,7 @@ async function runOpenLoop(argv: string[]): Promise<void> {
       latency2xx: summarize(t.ok),
       latency429: summarize(t.limited),
       senderLateness: summarize(t.lateness),
+      warmupRequests: t.warmupRequests,
     };
   });
   process.stdout.write(`${JSON.stringify(results)}\n`);
@@ -434,13 +446,16 @@ function stopAll(): void {
 }
 
 /**
- * CPU placement. On a machine with two or more CPUs (and `taskset`), the server under test gets the
- * last CPU to itself and everything else (load generator, upstream, Redis, controller, aggregator,
- * this orchestrator) shares the others: the measured process is then not preempted by the load it
- * is measured with, which on two cores otherwise dominates its tail. BENCH_PIN=0 turns this off.
+ * CPU placement, with BENCH_PIN=1 (and two or more CPUs, and `taskset`): the server under test gets
+ * the last CPU to itself and everything else (load generator, upstream, Redis, controller,
+ * aggregator, this orchestrator) shares the others, so the measured process is not preempted by the
+ * load it is measured with. Off by default: on the 2-CPU VM these results come from, a process
+ * pinned beside another busy one stalls for tens of milliseconds (the generator pinned with the
+ * upstream alone at 1,000 req/s: p99 75 ms, against 2.0–2.3 ms with the scheduler free to place
+ * them; scratch runs of the generator and upstream roles on 2026-11-30), which swamped every figure.
  */
 const CPU_COUNT = os.cpus().length;
-const PINNING = process.env.BENCH_PIN !== '0' && CPU_COUNT >= 2 && spawnSync('taskset', ['-V']).status === 0;
+const PINNING = process.env.BENCH_PIN === '1' && CPU_COUNT >= 2 && spawnSync('taskset', ['-V']).status === 0;
 const CASE_CPUS = String(CPU_COUNT - 1);
 const SHARED_CPUS = CPU_COUNT > 2 ? `0-${CPU_COUNT - 2}` : '0';
 
@@ -469,7 +484,7 @@ function pinProcess(pid: number | undefined, cpus: string): void {
  * with BENCH_CONNECTIONS keep-alive connections as fast as the case answers (throughput).
  */
 async function load(url: string, durationSec: number, rate: number): Promise<LoadResult> {
-  if (rate > 0) return (await openLoop([url], durationSec, rate))[0]!;
+  if (rate > 0) return (await openLoop([url], durationSec, rate, WARMUP_S))[0]!;
   const output = await runLoadProcess([
     'loadgen',
     '--url',
@@ -483,12 +498,19 @@ async function load(url: string, durationSec: number, rate: number): Promise<Loa
 }
 
 /** The open-loop generator over one or more targets at `rate` each, interleaved (one result per url). */
-async function openLoop(urls: string[], durationSec: number, rate: number): Promise<LoadResult[]> {
+async function openLoop(
+  urls: string[],
+  durationSec: number,
+  rate: number,
+  warmupSec: number,
+): Promise<LoadResult[]> {
   const output = await runLoadProcess([
     'openloop',
     ...urls.flatMap((url) => ['--url', url]),
     '--duration',
     String(durationSec),
+    '--warmup',
+    String(warmupSec),
     '--rate',
     String(rate),
   ]);
@@ -921,7 +943,6 @@ async function main(): Promise<void> {
     const rounds = new Map<string, CaseRound[]>(runnable.map((c) => [c.id, []]));
     for (let round = 1; round <= ROUNDS; round++) {
       for (const c of runnable) {
-        await load(c.url!, WARMUP_S, RATE);
         const cpuBefore = cpuSeconds(c.pid);
         const fixed = await load(c.url!, DURATION_S, RATE);
         const cpuMiddle = cpuSeconds(c.pid);
@@ -930,7 +951,9 @@ async function main(): Promise<void> {
         rounds.get(c.id)!.push({
           fixed,
           max,
-          fixedCpuUsPerRequest: ((cpuMiddle - cpuBefore) * 1e6) / Math.max(1, fixed.requests),
+          // The generator's warmup requests were served in the same CPU interval.
+          fixedCpuUsPerRequest:
+            ((cpuMiddle - cpuBefore) * 1e6) / Math.max(1, fixed.requests + (fixed.warmupRequests ?? 0)),
           maxCpuUsPerRequest: ((cpuAfter - cpuMiddle) * 1e6) / Math.max(1, max.requests),
         });
         process.stdout.write(
@@ -987,8 +1010,7 @@ async function main(): Promise<void> {
     for (let round = 1; round <= ROUNDS; round++) {
       for (const [aId, bId] of pairs) {
         const urls = [byId.get(aId)!.url!, byId.get(bId)!.url!];
-        await openLoop(urls, PAIRED_WARMUP_S, RATE);
-        const [a, b] = (await openLoop(urls, DURATION_S, RATE)) as [LoadResult, LoadResult];
+        const [a, b] = (await openLoop(urls, DURATION_S, RATE, PAIRED_WARMUP_S)) as [LoadResult, LoadResult];
         paired.get(`${aId}|${bId}`)!.push({ a, b });
         process.stdout.write(
           `round ${round} paired ${aId} vs ${bId}: p99 ${(a.latency2xx.p99Us / 1000).toFixed(2)} vs ${(b.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(a.latency2xx.p999Us / 1000).toFixed(2)} vs ${(b.latency2xx.p999Us / 1000).toFixed(2)} ms\n`,
@@ -1143,14 +1165,14 @@ async function main(): Promise<void> {
       ),
       '',
       'Every case forwards to the same upstream process (node:http, 200 "ok"). Per case: a',
-      `${WARMUP_S} s warmup and a ${DURATION_S} s measured run at ${n(RATE, 0)} requests/s from an open-loop generator in its own`,
+      `${WARMUP_S} s warmup (the same generator process, not recorded: its own cold start stays out of the figures) and a ${DURATION_S} s measured run at ${n(RATE, 0)} requests/s from an open-loop generator in its own`,
       'process (Poisson arrivals, the same seeded sequence for every case, each request on its own keep-alive',
       'connection of a pool that grows as needed, so nothing waits behind a slow response; latency from the',
       'request handed to the socket to the last byte of the response, kept exactly), then a',
       `${MAX_DURATION_S} s run at full speed with autocannon (${CONNECTIONS} connections, closed loop: max req/s).`,
       PINNING
         ? `CPU placement (taskset): the server under test (proxy or Express) runs alone on CPU ${CASE_CPUS}; the load generator, upstream, Redis, controller, aggregator and the Redis delay relay share CPU ${SHARED_CPUS}.`
-        : 'No CPU pinning (BENCH_PIN=0, one CPU, or no taskset): every process shares every CPU, and latency includes that contention.',
+        : 'No CPU pinning (the default; BENCH_PIN=1 pins): the scheduler places every process, and latency includes their contention for the 2 CPUs.',
       `Limits are far above the load except in the over-the-limit case. "Redis ${REMOTE_REDIS_DELAY_MS} ms away" is the same`,
       `Redis reached through a relay that holds every chunk ${REMOTE_REDIS_DELAY_MS} ms each way (Node timers: that or a little more),`,
       'standing in for a Redis across a network, as in production; the plain Redis rows are on loopback, the best case for Redis.',
