@@ -178,10 +178,6 @@ describe('controller: recompute on report', () => {
     forward('agg-2', 200, 200);
     forward('agg-3', 100, 90);
     controller.tick();
-    assert.equal(
-      forward('agg-1', 100, 0)!.offeredRps,
-      400,
-      'after the regathering every child gets the full sum',
-    );
+    assert.equal(forward('agg-1', 100, 0)!.offeredRps, 400, 'after the regathering every child gets the full sum');
   });
 });
