@@ -230,10 +230,8 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * reflects it: an aggregator's forward gets a ratio from its own fresh sums instead of the last
  * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). A bucket reported
  * for the first time (every bucket, once a controller restarts) gets its first ratio the same way,
- * from the children that reported it so far; such a partial ratio is only sent where it does not
- * loosen what the child's hosts apply (`loosensChild`) until a tick has counted every child and,
- * for buckets of a controller that started less than childExpiryMs ago, until that much time has
- * passed (a tick may fall between two aggregators' first forwards). So are
+ * from the children that reported it so far; until a tick has counted every child such a partial
+ * ratio is only sent where it does not loosen what the child's hosts apply (`loosensChild`). So are
  * the ratios of a bucket a tick found no child reporting (every child expired: the controller was
  * cut off from them; or none reports it: their hosts were cut off from them), for childExpiryMs
  * after the first report brings it back: its children come back one at a time, the first one's
@@ -258,7 +256,6 @@ export function createController(options: ControllerOptions): Controller {
   let limits: CompiledLimits = compileLimits(options.config);
   let policy: RatioPolicy = options.ratioPolicy ?? createRatioPolicy(limits.config.ratioPolicy);
   let childExpiryMs = options.childExpiryMs ?? 3 * limits.config.intervalMs;
-  const createdAtMs = scheduler.nowMs();
   let bucketExpiryMs = options.bucketExpiryMs ?? 10 * limits.config.intervalMs;
 
   const children = new Map<string, ChildState>();
@@ -330,10 +327,7 @@ export function createController(options: ControllerOptions): Controller {
       removed: false,
       awaitingTick: false,
       emptied: false,
-      // A controller that just started (or restarted) knows none of its children yet: they come
-      // back one at a time, and a tick may fall between two aggregators' first forwards, so the
-      // bucket regathers for a child expiry from the start, as after a partition.
-      regatherUntilMs: createdAtMs + childExpiryMs,
+      regatherUntilMs: Number.NEGATIVE_INFINITY,
       lastReportedMs: 0,
       total: newGroup(resolved),
       zones: resolved.scope === 'zone' ? new Map() : undefined,

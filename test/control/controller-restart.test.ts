@@ -157,49 +157,4 @@ describe('controller restart in virtual time', () => {
     assert.ok(highestAdmitted <= 1.05 * LIMIT_RPS, `admitted at most ${highestAdmitted.toFixed(0)} rps`);
     await fleet.stop();
   });
-
-  it('a zone whose first forward comes after the first tick: the tick’s partial sum never loosens the others', async (t) => {
-    // Zone c cannot reach the new controller until after its first tick. That tick sums zones a
-    // and b only (400 of 600 rps: ratio 0.25 where 0.5 holds the limit); sent to a and b, it
-    // would let them admit 300 rps between them while c still admits its 100.
-    const fleet = buildFleet([
-      { zone: 'a', rps: 200 },
-      { zone: 'b', rps: 200 },
-      { zone: 'c', rps: 200 },
-    ]);
-    await fleet.run(6_000);
-    fleet.kill();
-    await fleet.run(2_000); // within TTL: every host still holds the steady ratio
-    fleet.network.partition('agg-c', true);
-    const epoch = fleet.restart('ctl-2').epoch;
-    let lowest = Number.POSITIVE_INFINITY;
-    let highestAdmitted = 0;
-    const watch = () => {
-      for (const b of fleet.buckets()) lowest = Math.min(lowest, b.effectiveRatio);
-      highestAdmitted = Math.max(highestAdmitted, fleet.impliedAdmittedRps());
-    };
-    // Zone c cut off past the controller's first tick, for 2 of the 3 intervals a new controller's
-    // buckets regather (its hosts' TTL still holds; a zone back later than the regathering is not
-    // covered: docs/reliability.md).
-    await fleet.run(2 * INTERVAL_MS, () => {
-      watch();
-      return false;
-    });
-    assert.ok(fleet.controller.snapshot().counters.ticks >= 1, 'the new controller has ticked');
-    fleet.network.partition('agg-c', false);
-    const recoveredMs = await fleet.run(10 * INTERVAL_MS, () => {
-      watch();
-      return (
-        fleet.buckets().every((b) => b.epoch === epoch) &&
-        Math.abs(fleet.impliedAdmittedRps() - LIMIT_RPS) <= 0.05 * LIMIT_RPS
-      );
-    });
-    t.diagnostic(
-      `lowest host ratio ${lowest.toFixed(3)}, at most ${highestAdmitted.toFixed(0)} rps admitted against ${LIMIT_RPS}; within 5% on the new epoch ${recoveredMs} ms after zone c is back`,
-    );
-    assert.ok(recoveredMs !== undefined, 'every host on the new epoch, within 5% of the limit');
-    assert.ok(lowest >= 0.45, `no host loosened past its held ratio: lowest ${lowest}`);
-    assert.ok(highestAdmitted <= 1.05 * LIMIT_RPS, `admitted at most ${highestAdmitted.toFixed(0)} rps`);
-    await fleet.stop();
-  });
 });
