@@ -35,6 +35,8 @@ const WARMUP_REQUESTS = 8000;
 const CONCURRENCY = 4;
 const HIGH_LIMIT = 1_000_000_000;
 const ENTRY = join(ROOT, 'dist/src/cli/entry.js');
+/** Every spillway process here: free loopback ports (announced on its `listening` line), warnings only. */
+const QUIET_LOOPBACK = ['--listen', '127.0.0.1:0', '--ops', '127.0.0.1:0', '--log-level', 'warn'];
 
 interface CaseSpec {
   id: string;
@@ -140,12 +142,7 @@ async function startCounted(
       'proxy',
       '--config',
       rulesPath,
-      '--listen',
-      '127.0.0.1:0',
-      '--ops',
-      '127.0.0.1:0',
-      '--log-level',
-      'warn',
+      ...QUIET_LOOPBACK,
     ],
     { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } },
   );
@@ -292,16 +289,7 @@ async function main(): Promise<void> {
       limitsPath,
       `version: 1\nintervalMs: 1000\nbuckets:\n  - key: edge\n    limitRps: ${HIGH_LIMIT}\n    mode: enforce\n`,
     );
-    const tier = (args: string[]) => [
-      ENTRY,
-      ...args,
-      '--listen',
-      '127.0.0.1:0',
-      '--ops',
-      '127.0.0.1:0',
-      '--log-level',
-      'warn',
-    ];
+    const tier = (args: string[]) => [ENTRY, ...args, ...QUIET_LOOPBACK];
     const controller = await startNative('controller', tier(['controller', '--config', limitsPath]));
     const aggregator = await startNative(
       'aggregator',
