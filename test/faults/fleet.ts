@@ -29,6 +29,8 @@ export interface HostReading {
   atMs: number;
   offered: number;
   admitted: number;
+  /** Units the burst guard dropped (spillway_dropped_total counts these and the ratio's). */
+  guardDropped: number;
   dropRatio: number;
   effectiveRatio: number;
   epoch: number;
@@ -154,6 +156,7 @@ export async function readHost(id: string, process: SpillwayProcess): Promise<Ho
     atMs,
     offered: get('spillway_offered_total'),
     admitted: get('spillway_admitted_total'),
+    guardDropped: get('spillway_burst_guard_dropped_total'),
     dropRatio: get('spillway_drop_ratio'),
     effectiveRatio: get('spillway_effective_drop_ratio'),
     epoch: series.get('spillway_directive_epoch') ?? 0,

@@ -185,6 +185,78 @@ async function startProxyProcess(
   return { process, base: `http://${(JSON.parse(line) as { proxy: string }).proxy}` };
 }
 
+/** What the proxy did over a window, from its own counters and the ratio sampled through it. */
+interface ProxyWindow {
+  fromMs: number;
+  toMs: number;
+  /** Requests offered per second, as the proxy counted them. */
+  offeredRps: number;
+  /** Share of the offered requests the proxy answered 429 (drop ratio and burst guard). */
+  droppedShare: number;
+  /** Share dropped by the burst guard alone. */
+  guardShare: number;
+  /** Mean of the effective ratio (the directive's, rescaled by the proxy's own rate) sampled. */
+  meanApplied: number;
+  /** Mean of the directive's ratio sampled. */
+  meanDirective: number;
+}
+
+function proxyWindow(readings: readonly HostReading[]): ProxyWindow {
+  const first = readings[0]!;
+  const last = readings.at(-1)!;
+  const offered = last.offered - first.offered;
+  const dropped = offered - (last.admitted - first.admitted);
+  const mean = (pick: (r: HostReading) => number) =>
+    readings.reduce((sum, r) => sum + pick(r), 0) / readings.length;
+  return {
+    fromMs: first.atMs,
+    toMs: last.atMs,
+    offeredRps: (1000 * offered) / (last.atMs - first.atMs),
+    droppedShare: offered === 0 ? Number.NaN : dropped / offered,
+    guardShare: offered === 0 ? Number.NaN : (last.guardDropped - first.guardDropped) / offered,
+    meanApplied: mean((r) => r.effectiveRatio),
+    meanDirective: mean((r) => r.dropRatio),
+  };
+}
+
+/** Reads the proxy every 250 ms for `durationMs`. */
+async function watchProxy(read: () => Promise<HostReading>, durationMs: number): Promise<HostReading[]> {
+  const readings = [await read()];
+  const endMs = readings[0]!.atMs + durationMs;
+  while (performance.now() < endMs) {
+    await sleep(250);
+    readings.push(await read());
+  }
+  return readings;
+}
+
+const describeWindow = (w: ProxyWindow, clientShare: number) =>
+  `${w.offeredRps.toFixed(0)} req/s offered, ratio applied ${w.meanApplied.toFixed(3)} (directive ${w.meanDirective.toFixed(3)}), proxy dropped ${percent(w.droppedShare)} (burst guard ${percent(w.guardShare)}), clients saw 429 on ${percent(clientShare)}`;
+
+/**
+ * A window of steady load, checked three ways. The clients' 429 share is what the proxy counted
+ * it dropped; the proxy's ratio drops follow the ratio it applied; and that ratio is what the
+ * limit implies for the rate offered in the same window. Each is compared within its own window
+ * (2 s at 200 req/s: ~2.5 points of binomial spread), not with another window: on a loaded CI
+ * machine the generator's rate, so the ratio, moves between windows (CI: a steady 429 share of
+ * 64.5% against a band fixed at 25-55%, and 34.4% after restart against 44.7% before it).
+ */
+function assertWindowFollowsLimit(what: string, w: ProxyWindow, clientShare: number): void {
+  assert.ok(
+    Math.abs(clientShare - w.droppedShare) <= 0.05,
+    `${what}: clients see what the proxy dropped: ${describeWindow(w, clientShare)}`,
+  );
+  assert.ok(
+    Math.abs(w.droppedShare - w.guardShare - w.meanApplied) <= 0.08,
+    `${what}: the proxy's ratio drops follow the ratio it applied: ${describeWindow(w, clientShare)}`,
+  );
+  const implied = Math.max(0, 1 - LIMIT_RPS / w.offeredRps);
+  assert.ok(
+    Math.abs(w.meanApplied - implied) <= 0.1,
+    `${what}: ratio ${w.meanApplied.toFixed(3)} is what the limit implies (${implied.toFixed(3)}): ${describeWindow(w, clientShare)}`,
+  );
+}
+
 const epochOf = (p: SpillwayProcess): number => {
   const line = p.output.find((l) => l.includes('"listening"'));
   return Number((JSON.parse(line!) as { epoch: number }).epoch);
@@ -256,13 +328,9 @@ buckets:
       { timeoutMs: 20_000, everyMs: 100 },
     );
     const settledMs = performance.now() - settleStartMs;
-    await sleep(2_000);
-    const steadyReading = await read();
-    const steadyShare = share(between(load.answers, performance.now() - 2_000, performance.now()), 429);
-    assert.ok(
-      steadyShare > 0.25 && steadyShare < 0.55,
-      `steady 429 share ${percent(steadyShare)} (ratio ${steadyReading.effectiveRatio})`,
-    );
+    const steady = proxyWindow(await watchProxy(read, 2_000));
+    const steadyShare = share(between(load.answers, steady.fromMs, steady.toMs), 429);
+    assertWindowFollowsLimit('steady', steady, steadyShare);
 
     // Outage: both tiers above the proxy die at once.
     const killMs = performance.now();
@@ -301,9 +369,7 @@ buckets:
     }
     const heldShare = share(between(load.answers, killMs, killMs + 2_000), 429);
     const lastShare = share(between(load.answers, outageEndMs - 2_000, outageEndMs), 429);
-    t.diagnostic(
-      `settled in ${settledMs.toFixed(0)} ms; steady: ratio ${steadyReading.effectiveRatio.toFixed(3)}, 429 share ${percent(steadyShare)}`,
-    );
+    t.diagnostic(`settled in ${settledMs.toFixed(0)} ms; steady 2 s: ${describeWindow(steady, steadyShare)}`);
     t.diagnostic(
       `ratio held ${held.effectiveRatio.toFixed(3)} → ${last.reading.effectiveRatio.toFixed(3)} after ${last.atMs.toFixed(0)} ms (${percent(decayedFraction)} of held; policy bounds ${percent(least)}–${percent(most)}); 429 share first 2 s ${percent(heldShare)}, last 2 s ${percent(lastShare)}`,
     );
@@ -331,9 +397,19 @@ buckets:
       decayedFraction <= most + 0.1 && decayedFraction >= least - 0.1,
       `after ${last.atMs.toFixed(0)} ms the ratio is ${percent(decayedFraction)} of the held one, expected ${percent(least)}–${percent(most)}`,
     );
+    // Held as it was applied before the kill (10%: local rescale, as above), and the clients' share
+    // in the first 2 s follows it (compared with the steady window's client share instead, two
+    // binomial samples and the generator's drift between them failed a correct proxy).
     assert.ok(
-      Math.abs(heldShare - steadyShare) <= 0.1,
-      `429 share held: ${percent(heldShare)} vs ${percent(steadyShare)}`,
+      Math.abs(held.effectiveRatio - steady.meanApplied) <= 0.1 * steady.meanApplied + 0.02,
+      `ratio held: ${held.effectiveRatio.toFixed(3)} after ${steady.meanApplied.toFixed(3)} steady`,
+    );
+    const heldWindow = proxyWindow(readings.filter((r) => r.atMs <= 2_000).map((r) => r.reading));
+    const heldWindowShare = share(between(load.answers, heldWindow.fromMs, heldWindow.toMs), 429);
+    assert.ok(
+      Math.abs(heldWindowShare - heldWindow.droppedShare) <= 0.05 &&
+        Math.abs(heldWindow.droppedShare - heldWindow.guardShare - heldWindow.meanApplied) <= 0.08,
+      `held: ${describeWindow(heldWindow, heldWindowShare)}`,
     );
     // The clients see what the proxy applies: in the last 2 s the 429 share follows the decaying
     // ratio read from the proxy in the same window (400 requests: ~2.5 points of binomial spread).
@@ -362,21 +438,24 @@ buckets:
     const listeningMs = performance.now() - restartMs;
     const epoch = epochOf(controller);
     const backMs = performance.now();
+    // Recovered: a fresh directive of the new epoch whose ratio is back near the one the steady
+    // window ran on. The directive's ratio, not the effective one: local rescale moves the latter
+    // with every wobble of the generator's rate, and a band on it measured that wobble (CI: 11.6 s).
     await waitFor(
       'the steady ratio on the new epoch',
       async () => {
         const r = await read();
         return r.epoch === epoch &&
           r.directiveAgeMs <= 2 * INTERVAL_MS &&
-          Math.abs(r.effectiveRatio - steadyReading.effectiveRatio) <= 0.05
+          Math.abs(r.dropRatio - steady.meanDirective) <= 0.1
           ? true
           : undefined;
       },
       { timeoutMs: 20_000, everyMs: 50 },
     );
     const recoveryMs = performance.now() - backMs;
-    await sleep(2_000);
-    const recoveredShare = share(between(load.answers, performance.now() - 2_000, performance.now()), 429);
+    const recovered = proxyWindow(await watchProxy(read, 2_000));
+    const recoveredShare = share(between(load.answers, recovered.fromMs, recovered.toMs), 429);
     await load.stop();
 
     const all = assertAnswered(load, 0, Number.POSITIVE_INFINITY, [200, 429], 'the whole run');
@@ -385,16 +464,13 @@ buckets:
       `outage ${OUTAGE_MS} ms: ${duringOutage.length} requests, all answered 200 or 429 (no error, 5xx or timeout), latency max ${maxLatency(duringOutage).toFixed(1)} ms`,
     );
     t.diagnostic(
-      `restart: listening after ${listeningMs.toFixed(0)} ms, steady ratio on the new epoch ${recoveryMs.toFixed(0)} ms later (${(recoveryMs / INTERVAL_MS).toFixed(1)} intervals); 429 share then ${percent(recoveredShare)}; ${all.length} requests in ${((performance.now() - loadStartMs) / 1000).toFixed(1)} s, every one 200 or 429`,
+      `restart: listening after ${listeningMs.toFixed(0)} ms, steady ratio on the new epoch ${recoveryMs.toFixed(0)} ms later (${(recoveryMs / INTERVAL_MS).toFixed(1)} intervals); the 2 s after: ${describeWindow(recovered, recoveredShare)}; ${all.length} requests in ${((performance.now() - loadStartMs) / 1000).toFixed(1)} s, every one 200 or 429`,
     );
     // Regression bound, as for hosts (control-plane-faults "controller restarted"), with both tiers
     // new: typically 1-2 intervals (the proxy reports when its connection is back, the new
     // aggregator forwards at once, the proxy's next report brings the ratio).
     assert.ok(recoveryMs <= 6 * INTERVAL_MS, `recovered in ${recoveryMs.toFixed(0)} ms`);
-    assert.ok(
-      Math.abs(recoveredShare - steadyShare) <= 0.1,
-      `429 share back near steady: ${percent(recoveredShare)} vs ${percent(steadyShare)}`,
-    );
+    assertWindowFollowsLimit('recovered', recovered, recoveredShare);
   });
 
   it('redis backend: Redis paused 2 s, fail-open answers within timeoutMs, fail-closed answers 429', async (t) => {
