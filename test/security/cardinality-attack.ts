@@ -261,19 +261,21 @@ buckets:
 const GC_HOOK = pathToFileURL(fileURLToPath(new URL('./gc-on-signal.mjs', import.meta.url))).href;
 
 /**
- * Heap used by `p` right after two full collections (its live set), from its own /metrics. Needs
- * the process started with gc-on-signal.mjs preloaded, as `startAttackTarget` does.
+ * Heap used by `p` right after two full collections (its live set), as gc-on-signal.mjs prints it.
+ * Needs the process started with that file preloaded, as `startAttackTarget` does.
  */
 export async function liveHeapMb(p: SpillwayProcess): Promise<number> {
-  const done = () => p.output.filter((line) => line.includes('gc-on-signal: collected')).length;
-  const before = done();
+  const collected = () => p.output.filter((line) => line.includes('gc-on-signal: collected'));
+  const before = collected().length;
   p.child.kill('SIGUSR2');
-  await waitFor(`${p.name} to collect garbage`, async () => (done() > before ? true : undefined), {
-    timeoutMs: 10_000,
-    everyMs: 20,
-  });
-  const { series } = await scrapeMetrics(p.ops);
-  return (series.get('spillway_nodejs_heap_size_used_bytes') ?? Number.NaN) / 2 ** 20;
+  await waitFor(
+    `${p.name} to collect garbage`,
+    async () => (collected().length > before ? true : undefined),
+    { timeoutMs: 10_000, everyMs: 20 },
+  );
+  const heapUsed = /heapUsed=(\d+)/.exec(collected().at(-1)!)?.[1];
+  if (heapUsed === undefined) throw new Error(`${p.name}: gc-on-signal printed no heapUsed`);
+  return Number(heapUsed) / 2 ** 20;
 }
 
 export function rssMb(pid: number): number {
