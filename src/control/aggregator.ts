@@ -14,6 +14,7 @@ import {
 } from '../gen/spillway/v1/control_pb.js';
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
@@ -119,6 +120,12 @@ export interface AggregatorCounters {
   coldForwards: number;
   /** Directives ignored as older (epoch, version) than the one cached. */
   staleDirectives: number;
+  /**
+   * Cached directives left out of a reply (one per reply and bucket) because the host had just
+   * (re)joined the bucket's sums, the directive came from a forward without it, and it would let
+   * the host admit more than it does now (see `relay`).
+   */
+  withheldDirectives: number;
   bucketsOverCapacity: number;
   expiredHosts: number;
   /** Host usages scaled down by `reporterCap` (one per host, bucket and forward), by the host's tier. */
@@ -151,6 +158,8 @@ export interface Aggregator {
 interface CachedDirective {
   received: Directive;
   receivedAtMs: number;
+  /** Sequence of the forward whose reply carried it: its ratio counts the hosts that forward summed. */
+  forwardSequence: bigint;
   epoch: bigint;
   version: bigint;
   /** A copy with the TTL left at `relayedAtMs`, shared by replies until refreshed. */
@@ -174,6 +183,14 @@ interface HostUsage {
   offeredRps: number;
   admittedRps: number;
   wouldDropRps: number;
+  /** Calls offered in the report's window: the sample the admitted share was measured on. */
+  offeredCalls: number;
+  /**
+   * The first forward whose sum counts this usage since the host (re)joined the bucket's sums (new
+   * to this aggregator, new to the bucket, or back after the host grace). A directive from an
+   * earlier forward was computed without it.
+   */
+  joinedForward: bigint;
 }
 
 interface HostState {
@@ -204,7 +221,8 @@ const MAX_INTERVAL_MS = 60_000;
  * most one forward is in flight; a timer firing while one is in flight is skipped (counted). Host
  * reports are answered from the directive cache synchronously, so a slow or dead parent never
  * delays or fails a host; the relayed TTL shrinks with the directive's age, so hosts' stale
- * policies see the truth.
+ * policies see the truth. A host that (re)joins the sums is not sent a directive computed without
+ * it where that would loosen what it applies (`relay`): it keeps its own until a forward counts it.
  *
  * Sums are associative: several aggregators may share a zone's hosts, and an aggregator's parent
  * may be another aggregator (zone -> region -> controller).
@@ -264,6 +282,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     reconnectForwards: 0,
     coldForwards: 0,
     staleDirectives: 0,
+    withheldDirectives: 0,
     bucketsOverCapacity: 0,
     expiredHosts: 0,
     clippedUsages: {},
@@ -308,6 +327,10 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     const nowMs = scheduler.nowMs();
     const key = reporterKey(request, context);
     let host = hosts.get(key);
+    // Counted in the sums until now: its usage is in the next forward either way. Otherwise it
+    // (re)joins them, and directives cached from earlier forwards were computed without it.
+    const wasCounted = host !== undefined && nowMs - host.lastSeenMs <= hostGraceMs();
+    const nextForward = sequence + 1n;
     if (!host) {
       if (hosts.size >= maxHosts) expire(nowMs);
       if (hosts.size >= maxHosts) {
@@ -333,14 +356,17 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     host.lastSeenMs = nowMs;
     if (host.sequences.has(request.sequence)) {
       counters.duplicateReports++;
+      if (!wasCounted) for (const usage of host.usage) usage.joinedForward = nextForward;
     } else {
+      const previousUsage = host.usage;
+      let previousByBucket: Map<BucketEntry, HostUsage> | undefined;
       host.sequences.add(request.sequence);
       host.zone = request.zone;
       host.tier = request.tier;
       host.hostCount = request.tier === Tier.HOST ? Math.max(1, request.hostCount) : request.hostCount;
       const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
       const usage: HostUsage[] = [];
-      for (const entry of request.buckets) {
+      for (const [index, entry] of request.buckets.entries()) {
         let bucket = buckets.get(entry.bucket);
         if (!bucket) {
           if (buckets.size >= maxBuckets) {
@@ -367,18 +393,30 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
           buckets.set(bucket.key, bucket);
         }
         bucket.lastReportedMs = nowMs;
+        let joinedForward = nextForward;
+        if (wasCounted) {
+          // Hosts list their buckets in a stable order: the same index almost always matches.
+          let previous = previousUsage[index];
+          if (previous?.bucket !== bucket) {
+            previousByBucket ??= new Map(previousUsage.map((u) => [u.bucket, u]));
+            previous = previousByBucket.get(bucket);
+          }
+          if (previous) joinedForward = previous.joinedForward;
+        }
         usage.push({
           bucket,
           offeredRps: entry.offered * perSecond,
           admittedRps: entry.admitted * perSecond,
           wouldDropRps: entry.wouldDrop * perSecond,
+          offeredCalls: entry.offered,
+          joinedForward,
         });
       }
       host.usage = usage;
     }
     const directives: Directive[] = [];
     for (const usage of host.usage) {
-      const directive = relay(usage.bucket, nowMs);
+      const directive = relay(usage, nowMs);
       if (directive) directives.push(directive);
     }
     if (host.usage.length > 0 && nowMs >= freshUntilMs) maybeColdForward();
@@ -399,12 +437,33 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     return epoch;
   }
 
-  /** The cached directive with the TTL it has left, or undefined when stale or absent. */
-  function relay(bucket: BucketEntry, nowMs: number): Directive | undefined {
-    const cached = bucket.directive;
+  /**
+   * The cached directive with the TTL it has left, or undefined when stale or absent, or withheld.
+   *
+   * Withheld: the host (re)joined the bucket's sums after the forward that brought the directive,
+   * and its ratio would let the host admit more than it does now (`loosens`). Such a directive
+   * was computed without the host: when its hosts were cut off one after another, this
+   * aggregator's last forwards before losing its own carried only part of the fleet (the other
+   * aggregators' hosts already past their grace), and the ratio that came back was near 0. A
+   * host back from the cut would apply it as the newest version and admit everything until the
+   * loop caught up (test/control/control-plane-partition.test.ts: 449 rps against a limit of 300
+   * for 1.9 s; in network namespaces a ratio near 0 for ~0.9 s). Withheld, the host
+   * keeps the ratio it holds until the reply to a forward that counts it. A host that drops
+   * nothing (new, no directive yet) is never withheld from: any ratio tightens it, so a cold start
+   * gets the cache at its first report.
+   */
+  function relay(usage: HostUsage, nowMs: number): Directive | undefined {
+    const cached = usage.bucket.directive;
     if (!cached) return undefined;
     const remainingMs = cached.received.ttlMs - (nowMs - cached.receivedAtMs);
     if (remainingMs <= 0) return undefined;
+    if (
+      cached.forwardSequence < usage.joinedForward &&
+      loosens(cached.received.dropRatio, usage, usage.offeredCalls)
+    ) {
+      counters.withheldDirectives++;
+      return undefined;
+    }
     if (nowMs - cached.relayedAtMs >= RELAY_REFRESH_MS) {
       cached.relayed = create(DirectiveSchema, {
         bucket: cached.received.bucket,
@@ -521,7 +580,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     });
   }
 
-  function applyResponse(response: ReportResponse): void {
+  /** `forwardSequence`: the forward `response` answers. */
+  function applyResponse(response: ReportResponse, forwardSequence: bigint): void {
     const nowMs = scheduler.nowMs();
     if (response.reportIntervalMs > 0) {
       intervalMs = Math.min(Math.max(response.reportIntervalMs, MIN_INTERVAL_MS), MAX_INTERVAL_MS);
@@ -542,9 +602,15 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       }
       freshUntilMs = Math.max(freshUntilMs, nowMs + directive.ttlMs);
       coldForwardArmed = true;
+      // The same (epoch, version) again is the same computation, from the sums it was computed
+      // from: a controller between ticks (stateful ratio policy), a parent aggregator relaying
+      // its cache. It counts no forward sent since it first came.
+      const sameComputation =
+        cached !== undefined && directive.epoch === cached.epoch && directive.version === cached.version;
       bucket.directive = {
         received: directive,
         receivedAtMs: nowMs,
+        forwardSequence: sameComputation ? cached.forwardSequence : forwardSequence,
         epoch: directive.epoch,
         version: directive.version,
         relayed: directive,
@@ -626,7 +692,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         try {
           const response = await parent.report(request, { timeoutMs: timeoutMs() });
           parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
-          applyResponse(response);
+          applyResponse(response, request.sequence);
           return parent.target;
         } catch (error) {
           parentFailed(index, error, 'control: parent failed (fan-out: the other parents still count)');
@@ -656,7 +722,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         const response = await parent.report(request, { timeoutMs: timeoutMs() });
         parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
         lastForwardFailed = false;
-        applyResponse(response);
+        applyResponse(response, request.sequence);
         lastForward = {
           sequence: Number(request.sequence),
           atMs: scheduler.nowMs(),

@@ -177,6 +177,12 @@ export function addAggregatorMetrics(
         (s) => s.counters.staleDirectives,
       ),
       single(
+        'spillway_aggregator_withheld_directives_total',
+        'Cached directives left out of a reply to a host back in the sums: computed without it, they would loosen its ratio.',
+        'counter',
+        (s) => s.counters.withheldDirectives,
+      ),
+      single(
         'spillway_aggregator_buckets_over_capacity_total',
         'New bucket keys refused because the bucket table was full.',
         'counter',

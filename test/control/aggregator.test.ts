@@ -262,6 +262,90 @@ describe('aggregator', () => {
     assert.equal(ratio(), 0.2, 'once the cached directive is stale, any directive replaces it');
   });
 
+  it('a host back in the sums does not get a cached directive that loosens it until a forward has counted it', async () => {
+    const parent = fakeParent('ctl-1');
+    const { clock, aggregator } = setup([parent]);
+    const sequences = new Map<string, number>();
+    /** `id` reports 100 calls of `pay`, `admitted` of them let through; the ratio it gets back, if any. */
+    const report = (id: string, admitted: number) => {
+      const sequence = (sequences.get(id) ?? 0) + 1;
+      sequences.set(id, sequence);
+      return call(
+        aggregator.handleReport,
+        hostReport({
+          id,
+          sequence,
+          endMs: clock.nowMs(),
+          buckets: [{ bucket: 'pay', offered: 100, admitted }],
+        }),
+      ).directives.find((d) => d.bucket === 'pay')?.dropRatio;
+    };
+    report('h1', 50);
+    report('h2', 50);
+    parent.state.directives = [directive('pay', { version: 1, dropRatio: 0.5 })];
+    await aggregator.flush();
+    assert.equal(report('h1', 50), 0.5);
+
+    // h1 is cut off past the host grace; the forwards without it bring back a ratio near 0.
+    clock.advance(3000);
+    assert.equal(report('h2', 50), 0.5);
+    parent.state.directives = [directive('pay', { version: 2, dropRatio: 0.01 })];
+    await aggregator.flush();
+    assert.equal(report('h2', 50), 0.01, 'a host counted all along gets what its forward brought');
+
+    assert.equal(report('h1', 50), undefined, 'h1 back: computed without it, 0.01 would loosen its 0.5');
+    assert.equal(aggregator.snapshot().counters.withheldDirectives, 1);
+    assert.equal(report('h1', 50), undefined, 'and on until a forward has counted it');
+    assert.equal(report('h-new', 100), 0.01, 'a new host that drops nothing gets it at once (cold start)');
+
+    parent.state.directives = [];
+    await aggregator.flush();
+    assert.equal(
+      report('h1', 50),
+      undefined,
+      'a reply without the bucket leaves the cached directive as it was',
+    );
+    parent.state.directives = [directive('pay', { version: 2, dropRatio: 0.01 })];
+    await aggregator.flush();
+    assert.equal(
+      report('h1', 50),
+      undefined,
+      'the same version again (a stateful policy between ticks, a parent relaying its cache) is the same computation',
+    );
+    parent.state.directives = [directive('pay', { version: 3, dropRatio: 0.2 })];
+    await aggregator.flush();
+    assert.equal(
+      report('h1', 50),
+      0.2,
+      'a directive from a forward that counted h1 is relayed, loosening or not',
+    );
+
+    // Cut off again; directives that do not loosen what it applies reach it at once.
+    clock.advance(3000);
+    parent.state.directives = [directive('pay', { version: 4, dropRatio: 0.78 })];
+    await aggregator.flush();
+    assert.equal(report('h1', 80), 0.78, 'tighter');
+    clock.advance(3000);
+    parent.state.directives = [directive('pay', { version: 5, dropRatio: 0.76 })];
+    await aggregator.flush();
+    assert.equal(report('h1', 22), 0.76, 'looser within the slack: 0.24 admitted vs 0.22 (5%, 3 sigma)');
+    assert.equal(aggregator.snapshot().counters.withheldDirectives, 4);
+
+    // Back while a forward built without it is in flight: that forward's directive is not for it.
+    clock.advance(3000);
+    parent.state.hang = true;
+    parent.state.directives = [directive('pay', { version: 6, dropRatio: 0.01 })];
+    const inFlight = aggregator.flush();
+    assert.equal(report('h1', 50), 0.76, 'the cached ratio tightens its 0.5: relayed');
+    parent.release();
+    await inFlight;
+    assert.equal(report('h1', 50), undefined, 'the forward in flight when it came back did not count it');
+    parent.state.hang = false;
+    parent.state.directives = [directive('pay', { version: 7, dropRatio: 0.01 })];
+    await aggregator.flush();
+    assert.equal(report('h1', 50), 0.01);
+  });
+
   it('fails over across parents in order, prefers the first again after its backoff', async () => {
     const a = fakeParent('ctl-a');
     const b = fakeParent('ctl-b');
