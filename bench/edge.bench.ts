@@ -58,6 +58,9 @@ const TARGET_PAIRS: [string, string][] = [
   // the floor under every "added" figure below (process placement, the VM's stalls, sampling).
   ['proxy-bare-twin', 'proxy-bare'],
   ['proxy-global', 'proxy-bare'],
+  // The same two comparisons inside one proxy process (paths with and without the bucket).
+  ['proxy-split-free-twin', 'proxy-split-free'],
+  ['proxy-split-limited', 'proxy-split-free'],
   ['express-spillway-global', 'express-bare'],
   ['proxy-global', 'proxy-redis'],
   ['proxy-global', 'proxy-redis-remote'],
@@ -776,9 +779,18 @@ async function main(): Promise<void> {
     ];
 
     const proxyReady = existsSync(join(ROOT, 'src/cli/proxy.ts'));
-    const proxyCase = async (id: string, label: string, path: string, rules: string, overLimit = false) => {
+    /** More cases served by the same proxy process, each on its own URL path (see "same process"). */
+    type Route = { id: string; label: string; path: string; urlPath: string };
+    const proxyCase = async (
+      id: string,
+      label: string,
+      path: string,
+      rules: string,
+      overLimit = false,
+      routes: Route[] = [{ id, label, path, urlPath: '/' }],
+    ) => {
       if (!proxyReady) {
-        cases.push({ id, label, path, missing: 'src/cli/proxy.ts not in this tree', overLimit });
+        for (const r of routes) cases.push({ ...r, missing: 'src/cli/proxy.ts not in this tree', overLimit });
         return;
       }
       const rulesPath = join(dir, `${id}.yaml`);
@@ -799,16 +811,19 @@ async function main(): Promise<void> {
           ]),
           { cpus: CASE_CPUS },
         );
-        cases.push({
-          id,
-          label,
-          path,
-          url: `http://${proxyHttpAddress(proxy.listening)}/`,
-          overLimit,
-          pid: proxy.child.pid,
-        });
+        for (const r of routes) {
+          cases.push({
+            id: r.id,
+            label: r.label,
+            path: r.path,
+            url: `http://${proxyHttpAddress(proxy.listening)}${r.urlPath}`,
+            overLimit,
+            pid: proxy.child.pid,
+          });
+        }
       } catch (error) {
-        cases.push({ id, label, path, missing: String(error).split('\n').slice(0, 6).join(' '), overLimit });
+        const missing = String(error).split('\n').slice(0, 6).join(' ');
+        for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, missing, overLimit });
       }
     };
     const globalBackend = ['kind: global', `aggregators: ["${aggregatorAddress}"]`, 'zone: z1'];
@@ -829,6 +844,41 @@ async function main(): Promise<void> {
       'spillway proxy + global',
       'loadgen → proxy (global backend, one bucket, decided in process) → upstream',
       proxyRules(upstreamAddress, globalBackend, proxyBucket('edge', HIGH_LIMIT, 1)),
+    );
+    // One proxy process, a global bucket on /limited/ only: requests to /free/ are matched against
+    // the rules and forwarded, those to /limited/ are also decided. Paired, the two paths share the
+    // process's scheduling, JIT, heap and garbage collections, so their difference is the decision
+    // alone (the global backend's reporting runs in the same process and lands on both paths).
+    await proxyCase(
+      'proxy-split-limited',
+      '',
+      '',
+      proxyRules(upstreamAddress, globalBackend, [
+        ...proxyBucket('edge', HIGH_LIMIT, 1),
+        '  match:',
+        '    prefix: /limited',
+      ]),
+      false,
+      [
+        {
+          id: 'proxy-split-limited',
+          label: 'spillway proxy + global, one process: path with the bucket',
+          path: 'loadgen → proxy (global backend; /limited/ matches the bucket and is decided) → upstream',
+          urlPath: '/limited/',
+        },
+        {
+          id: 'proxy-split-free',
+          label: 'spillway proxy + global, one process: path without a bucket',
+          path: 'loadgen → the same proxy process (/free/ matches no bucket: forwarded only) → upstream',
+          urlPath: '/free/',
+        },
+        {
+          id: 'proxy-split-free-twin',
+          label: 'spillway proxy + global, one process: a second path without a bucket (A/A control)',
+          path: 'loadgen → the same proxy process (/free/twin/, no bucket either) → upstream',
+          urlPath: '/free/twin/',
+        },
+      ],
     );
     await proxyCase(
       'proxy-redis',
@@ -1065,6 +1115,17 @@ async function main(): Promise<void> {
       true,
     );
     addedOver('p99 of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
+    addedOver(
+      'A/A control, one process: p99 of a second path without a bucket over the first',
+      'proxy-split-free-twin',
+      'proxy-split-free',
+      true,
+    );
+    addedOver(
+      'p99 of the global decision in one proxy process: path with the bucket over the path without',
+      'proxy-split-limited',
+      'proxy-split-free',
+    );
     addedOver(
       'p99 of express + spillway global over bare express',
       'express-spillway-global',
