@@ -25,7 +25,8 @@
 // Env: BENCH_ROUNDS (3), BENCH_DURATION_S (15), BENCH_MAX_DURATION_S (4), BENCH_WARMUP_S (3),
 //      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500),
 //      BENCH_CASES (comma-separated case ids to run, e.g. proxy-bare,proxy-global; default all),
-//      BENCH_PIN (1: pin processes to CPUs, see CPU placement; default off).
+//      BENCH_PIN (1: pin processes to CPUs, see CPU placement; default off),
+//      BENCH_OUT (results file name under bench/results/, default edge).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
@@ -48,6 +49,8 @@ const WARMUP_S = Number(process.env.BENCH_WARMUP_S ?? 3);
 const RATE = Number(process.env.BENCH_RATE ?? 1000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const OVER_LIMIT_RPS = Number(process.env.BENCH_OVER_LIMIT_RPS ?? 500);
+/** Results go to bench/results/<OUT>.md and .json (a subset of cases need not replace the full run). */
+const OUT = process.env.BENCH_OUT ?? 'edge';
 /** Admitted cases: no limit the load can reach. */
 const HIGH_LIMIT = 1_000_000_000;
 const REDIS_WINDOW_SEC = 60;
@@ -550,6 +553,15 @@ interface CaseRound {
   /** CPU time (user + system) of the case's process per request, in µs. */
   fixedCpuUsPerRequest: number;
   maxCpuUsPerRequest: number;
+}
+
+/** The BENCH_* variables this run was given, as a command prefix (so a subset run says it is one). */
+function benchEnv(): string {
+  return Object.entries(process.env)
+    .filter(([name, value]) => name.startsWith('BENCH_') && value !== undefined && value !== '')
+    .sort(([a], [b]) => a.localeCompare(b))
+    .map(([name, value]) => `${name}=${value} `)
+    .join('');
 }
 
 function median(values: number[]): number {
@@ -1191,7 +1203,7 @@ async function main(): Promise<void> {
     };
     mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
     writeFileSync(
-      join(ROOT, 'bench/results/edge.json'),
+      join(ROOT, `bench/results/${OUT}.json`),
       `${JSON.stringify({ meta, inProcess: inProcessRows, rows, ratios, paired: Object.fromEntries(paired) }, null, 2)}\n`,
     );
 
@@ -1214,7 +1226,7 @@ async function main(): Promise<void> {
             '',
           ]
         : []),
-      `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
+      `Reproduce: \`${benchEnv()}${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
       '',
       "The machine's own stalls before and after the cases (a 1 ms timer's lateness over 10 s on each CPU while this",
       "benchmark's processes are idle; whatever else the machine runs shows here): no latency percentile below can be measured finer than these.",
@@ -1345,7 +1357,7 @@ async function main(): Promise<void> {
       '"failures" counts connection errors, timeouts and responses other than 2xx and 429 over all rounds.',
       '',
     ].join('\n');
-    writeFileSync(join(ROOT, 'bench/results/edge.md'), md);
+    writeFileSync(join(ROOT, `bench/results/${OUT}.md`), md);
     process.stdout.write(`\n${md}`);
   } finally {
     stopAll();
