@@ -794,23 +794,17 @@ async function main(): Promise<void> {
     const proxyReady = existsSync(join(ROOT, 'src/cli/proxy.ts'));
     /** More cases served by the same proxy process, each on its own URL path (see "same process"). */
     type Route = { id: string; label: string; path: string; urlPath: string };
-    const proxyCase = async (
-      id: string,
-      label: string,
-      path: string,
-      rules: string,
-      overLimit = false,
-      routes: Route[] = [{ id, label, path, urlPath: '/' }],
-    ) => {
+    /** One proxy process serving `routes`, each a case; `name` names its process and rules file. */
+    const proxyProcessCases = async (name: string, rules: string, routes: Route[], overLimit = false) => {
       if (!proxyReady) {
         for (const r of routes) cases.push({ ...r, missing: 'src/cli/proxy.ts not in this tree', overLimit });
         return;
       }
-      const rulesPath = join(dir, `${id}.yaml`);
+      const rulesPath = join(dir, `${name}.yaml`);
       writeFileSync(rulesPath, rules);
       try {
         const proxy = await startProcess(
-          id,
+          name,
           spillwayArgs([
             'proxy',
             '--config',
@@ -839,6 +833,8 @@ async function main(): Promise<void> {
         for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, missing, overLimit });
       }
     };
+    const proxyCase = (id: string, label: string, path: string, rules: string, overLimit = false) =>
+      proxyProcessCases(id, rules, [{ id, label, path, urlPath: '/' }], overLimit);
     const globalBackend = ['kind: global', `aggregators: ["${aggregatorAddress}"]`, 'zone: z1'];
     await proxyCase(
       'proxy-bare',
@@ -862,16 +858,13 @@ async function main(): Promise<void> {
     // the rules and forwarded, those to /limited/ are also decided. Paired, the two paths share the
     // process's scheduling, JIT, heap and garbage collections, so their difference is the decision
     // alone (the global backend's reporting runs in the same process and lands on both paths).
-    await proxyCase(
-      'proxy-split-limited',
-      '',
-      '',
+    await proxyProcessCases(
+      'proxy-split',
       proxyRules(upstreamAddress, globalBackend, [
         ...proxyBucket('edge', HIGH_LIMIT, 1),
         '  match:',
         '    prefix: /limited',
       ]),
-      false,
       [
         {
           id: 'proxy-split-limited',
