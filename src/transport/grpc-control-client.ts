@@ -132,14 +132,7 @@ export function createGrpcControlClient(
   options: GrpcControlClientOptions = {},
 ): ControlClient {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const reconnectAfterTimeouts = options.reconnectAfterTimeouts ?? DEFAULT_RECONNECT_AFTER_TIMEOUTS;
-  if (!Number.isSafeInteger(reconnectAfterTimeouts) || reconnectAfterTimeouts < 0) {
-    throw new SpillwayError(
-      ErrorCode.InvalidOption,
-      `reconnectAfterTimeouts must be a non-negative integer, got ${String(options.reconnectAfterTimeouts)}`,
-      { option: 'reconnectAfterTimeouts', value: options.reconnectAfterTimeouts },
-    );
-  }
+  const reconnectAfterTimeouts = validateReconnectAfterTimeouts(options);
   const credentialsForTarget = channelCredentials(options.tls);
   const channelOptions: ChannelOptions = {
     ...DEFAULT_CHANNEL_OPTIONS,
@@ -318,6 +311,19 @@ export function createGrpcControlClient(
   };
 }
 
+/** The option's value or its default; throws ERR_SPILLWAY_INVALID_OPTION when it is not a non-negative integer. */
+export function validateReconnectAfterTimeouts(options: GrpcControlClientOptions): number {
+  const value = options.reconnectAfterTimeouts ?? DEFAULT_RECONNECT_AFTER_TIMEOUTS;
+  if (!Number.isSafeInteger(value) || value < 0) {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `reconnectAfterTimeouts must be a non-negative integer, got ${String(options.reconnectAfterTimeouts)}`,
+      { option: 'reconnectAfterTimeouts', value: options.reconnectAfterTimeouts },
+    );
+  }
+  return value;
+}
+
 function channelCredentials(tls: GrpcClientTlsOptions | undefined): ChannelCredentials {
   if (!tls) return credentials.createInsecure();
   return credentials.createSsl(
@@ -327,9 +333,11 @@ function channelCredentials(tls: GrpcClientTlsOptions | undefined): ChannelCrede
   );
 }
 
-function toBuffer(pem: string | Buffer | undefined): Buffer | undefined {
+function toBuffer(pem: string | Uint8Array | undefined): Buffer | undefined {
   if (pem === undefined) return undefined;
-  return typeof pem === 'string' ? Buffer.from(pem) : pem;
+  if (typeof pem === 'string') return Buffer.from(pem);
+  // A Buffer sent to a worker thread arrives as a plain Uint8Array, which grpc-js refuses.
+  return Buffer.isBuffer(pem) ? pem : Buffer.from(pem.buffer, pem.byteOffset, pem.byteLength);
 }
 
 interface GrpcErrorLike {
