@@ -12,7 +12,7 @@ export type {
 export { startGrpcControlServer, validateZoneTokens } from './grpc-control-server.js';
 export { DEFAULT_MAX_MESSAGE_BYTES, REPORT_METHOD_PATH } from './grpc-control-service.js';
 export type { InMemoryNetworkOptions, LinkOptions } from './in-memory-network.js';
-export type { WorkerControlClient, WorkerControlClientOptions } from './worker-control-client.js';
-export { createWorkerControlClient } from './worker-control-client.js';
 export { InMemoryNetwork } from './in-memory-network.js';
 export { decodeReportRequest, encodeReportResponse } from './report-codec.js';
+export type { WorkerControlClient, WorkerControlClientOptions } from './worker-control-client.js';
+export { createWorkerControlClient } from './worker-control-client.js';
