@@ -141,7 +141,14 @@ export function run(argv: string[]): Promise<number> {
     const anyZone = acceptZones.includes('*');
 
     const metrics = createMetrics({ component: 'aggregator', id });
-    const clients = createParentClients(parents, { authToken, tls: clientTls, intervalMs, metrics, logger });
+    const clients = await createParentClients(parents, {
+      authToken,
+      tls: clientTls,
+      intervalMs,
+      metrics,
+      logger,
+      thread: 'caller',
+    });
     const aggregator = createAggregator({
       id,
       zone,

@@ -66,7 +66,12 @@ function parseSpec<T>(schema: z.ZodType<T>, text: string): T {
 async function runHost(spec: DemoHostSpec): Promise<number> {
   const logger = createLogger({ component: 'host', id: spec.id, level: 'warn' });
   const metrics = createMetrics({ component: 'host', id: spec.id });
-  const clients = createParentClients(spec.aggregators, { intervalMs: 1_000, metrics, logger });
+  const clients = await createParentClients(spec.aggregators, {
+    intervalMs: 1_000,
+    metrics,
+    logger,
+    thread: 'worker',
+  });
   const limiter = createGlobalLimiter({ reporterId: spec.id, zone: spec.zone, clients, logger });
   addLimiterMetrics(metrics, limiter);
   const load = createVaryingLoad(

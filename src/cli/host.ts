@@ -111,7 +111,14 @@ export function run(argv: string[]): Promise<number> {
     const metrics = createMetrics({ component: 'host', id });
     const authToken = await readAuthToken(values);
     const tls = await readClientTls(values);
-    const clients = createParentClients(targets, { authToken, tls, intervalMs, metrics, logger });
+    const clients = await createParentClients(targets, {
+      authToken,
+      tls,
+      intervalMs,
+      metrics,
+      logger,
+      thread: 'worker',
+    });
     let limiter: ReturnType<typeof createGlobalLimiter>;
     try {
       limiter = createGlobalLimiter({

@@ -2,7 +2,12 @@ import { instrumentControlClient } from '../ops/instrument-control-client.js';
 import type { Logger } from '../ops/logger.js';
 import type { SpillwayMetrics } from '../ops/metrics.js';
 import type { ControlClient } from '../transport/control-transport.js';
-import { createGrpcControlClient, type GrpcClientTlsOptions } from '../transport/grpc-control-client.js';
+import {
+  createGrpcControlClient,
+  type GrpcClientTlsOptions,
+  type GrpcControlClientOptions,
+} from '../transport/grpc-control-client.js';
+import { createWorkerControlClient } from '../transport/worker-control-client.js';
 
 export interface ParentClientsOptions {
   authToken?: string;
@@ -11,6 +16,12 @@ export interface ParentClientsOptions {
   intervalMs: number;
   metrics: SpillwayMetrics;
   logger: Logger;
+  /**
+   * Where each client's gRPC work runs. `worker` (processes that serve requests: host, proxy):
+   * on a worker thread per client, so a report never stalls the request thread's event loop
+   * (createWorkerControlClient); `caller` (the aggregator, which serves no requests): on this thread.
+   */
+  thread: 'worker' | 'caller';
 }
 
 /**
@@ -23,32 +34,53 @@ export interface ParentClientsOptions {
  *   packets otherwise leaves the old connection waiting on TCP's retransmission backoff); each
  *   replacement is logged and counted in `spillway_control_reconnects_total{parent}`;
  * - every report counted and timed (`spillway_reports_total`, `spillway_report_duration_seconds`).
+ *
+ * With `thread: 'worker'` it resolves once every worker thread runs, so the first report's deadline
+ * is not spent starting one; a thread that cannot start fails the process's startup.
  */
-export function createParentClients(
+export async function createParentClients(
   targets: readonly string[],
   options: ParentClientsOptions,
-): ControlClient[] {
+): Promise<ControlClient[]> {
   const { metrics, logger } = options;
-  return targets.map((target) =>
-    instrumentControlClient(
-      createGrpcControlClient(target, {
-        authToken: options.authToken,
-        ...(options.tls ? { tls: options.tls } : {}),
-        channelOptions: { 'grpc.max_reconnect_backoff_ms': Math.max(250, options.intervalMs) },
-        onReconnect(event) {
-          metrics.countReconnect(event.target);
-          logger.warn(
-            {
-              parent: event.target,
-              timeouts: event.timeouts,
-              wasReady: event.wasReady,
-              replacementsSinceSuccess: event.replacementsSinceSuccess,
-            },
-            'reports to a parent timed out in a row; replacing the connection',
-          );
+  const grpcOptions: GrpcControlClientOptions = {
+    authToken: options.authToken,
+    ...(options.tls ? { tls: options.tls } : {}),
+    channelOptions: { 'grpc.max_reconnect_backoff_ms': Math.max(250, options.intervalMs) },
+    onReconnect(event) {
+      metrics.countReconnect(event.target);
+      logger.warn(
+        {
+          parent: event.target,
+          timeouts: event.timeouts,
+          wasReady: event.wasReady,
+          replacementsSinceSuccess: event.replacementsSinceSuccess,
         },
-      }),
-      metrics,
-    ),
+        'reports to a parent timed out in a row; replacing the connection',
+      );
+    },
+  };
+  if (options.thread === 'caller') {
+    return targets.map((target) =>
+      instrumentControlClient(createGrpcControlClient(target, grpcOptions), metrics),
+    );
+  }
+  const clients = targets.map((target) =>
+    createWorkerControlClient(target, {
+      ...grpcOptions,
+      onWorkerError(error) {
+        logger.warn(
+          { parent: target, err: error.message },
+          'the report thread died; reports in flight failed, the next report starts a new one',
+        );
+      },
+    }),
   );
+  try {
+    await Promise.all(clients.map((client) => client.whenReady()));
+  } catch (error) {
+    for (const client of clients) client.close();
+    throw error;
+  }
+  return clients.map((client) => instrumentControlClient(client, metrics));
 }

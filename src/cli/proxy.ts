@@ -87,11 +87,12 @@ export function run(argv: string[]): Promise<number> {
     const authToken = process.env.SPILLWAY_AUTH_TOKEN || undefined;
     const controlClients =
       rules.backend.kind === 'global'
-        ? createParentClients(rules.backend.aggregators, {
+        ? await createParentClients(rules.backend.aggregators, {
             authToken,
             intervalMs: rules.backend.intervalMs,
             metrics,
             logger,
+            thread: 'worker',
           })
         : [];
     const backend = createProxyBackend(rules.backend, { id, logger, controlClients });
