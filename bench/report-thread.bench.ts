@@ -1,0 +1,241 @@
+// What one report costs the thread that serves requests: the gRPC client on that thread
+// (createGrpcControlClient) against the same client on a worker thread (createWorkerControlClient).
+// Every request arriving while the thread is busy with a report waits behind it, so this busy time
+// is the stall a report puts in front of requests (docs/proxy.md, "Cost").
+//
+// The server runs in a child process, so the figures are the client side alone. Reports go out at
+// the production cadence: each case reports once a second (cases take turns every 1000/cases ms),
+// so the client code is as cold, or as warm, as in a host reporting every second.
+//
+// Run: node --import tsx --expose-gc bench/report-thread.bench.ts
+// Env: BENCH_REPORTS (reports per case, default 60).
+import { spawn } from 'node:child_process';
+import { mkdirSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { create } from '@bufbuild/protobuf';
+import {
+  type ReportRequest,
+  ReportRequestSchema,
+  type ReportResponse,
+  ReportResponseSchema,
+} from '../src/gen/spillway/v1/control_pb.js';
+import type { ControlClient } from '../src/transport/control-transport.js';
+import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
+import { startGrpcControlServer } from '../src/transport/grpc-control-server.js';
+import { createWorkerControlClient } from '../src/transport/worker-control-client.js';
+
+const REPORTS = Number(process.env.BENCH_REPORTS ?? 60);
+const INTERVAL_MS = 1000;
+const BUCKET_COUNTS = [1, 50];
+
+function reportOf(buckets: number, sequence: number): ReportRequest {
+  return create(ReportRequestSchema, {
+    reporterId: 'bench-host-1',
+    zone: 'z1',
+    sequence: BigInt(sequence),
+    windowStartMs: 1_700_000_000_000n,
+    windowEndMs: 1_700_000_001_000n,
+    hostCount: 1,
+    buckets: Array.from({ length: buckets }, (_, i) => ({
+      bucket: `api:caller=tenant-${i}`,
+      offered: 1000 + i,
+      admitted: 900 + i,
+      wouldDrop: 0,
+    })),
+  });
+}
+
+async function runServer(): Promise<void> {
+  const server = await startGrpcControlServer({
+    handler: (request) =>
+      create(ReportResponseSchema, {
+        responderId: 'bench-aggregator',
+        epoch: 1n,
+        reportIntervalMs: INTERVAL_MS,
+        directives: request.buckets.map((b) => ({
+          bucket: b.bucket,
+          dropRatio: 0.1,
+          mode: 1,
+          limitRps: 900,
+          offeredRps: b.offered,
+          epoch: 1n,
+          version: request.sequence,
+          ttlMs: 3000,
+        })),
+      }),
+  });
+  process.stdout.write(`${server.address}\n`);
+}
+
+interface Case {
+  id: string;
+  label: string;
+  buckets: number;
+  client: ControlClient;
+  busyUs: number[];
+  roundTripMs: number[];
+}
+
+/** A stand-in client answering after 1 ms without any work: the floor of this measurement. */
+function idleClient(): ControlClient {
+  const response = create(ReportResponseSchema, {});
+  return {
+    target: 'none',
+    report: () => new Promise<ReportResponse>((resolve) => setTimeout(() => resolve(response), 1)),
+    close() {},
+  };
+}
+
+/**
+ * The calling thread's busy time from handing a report to the client until its answer has been
+ * handled: event-loop utilization's active time over that span (the thread is idle otherwise).
+ */
+async function oneReport(c: Case, sequence: number): Promise<void> {
+  const request = reportOf(c.buckets, sequence);
+  const before = performance.eventLoopUtilization();
+  const started = performance.now();
+  const response = await c.client.report(request, { timeoutMs: 2_000 });
+  const roundTripMs = performance.now() - started;
+  // Whatever the answer scheduled (stream callbacks, timers cleared) runs before the span ends.
+  await new Promise((resolve) => setImmediate(resolve));
+  const elu = performance.eventLoopUtilization(before);
+  if (c.buckets > 0 && response.directives.length !== c.buckets) throw new Error(`${c.id}: wrong answer`);
+  c.busyUs.push(elu.active * 1000);
+  c.roundTripMs.push(roundTripMs);
+}
+
+const quantile = (values: number[], q: number) => {
+  const sorted = [...values].sort((a, b) => a - b);
+  return sorted.length === 0 ? 0 : sorted[Math.min(sorted.length - 1, Math.ceil(q * sorted.length) - 1)]!;
+};
+
+async function main(): Promise<void> {
+  const loadAtStart = os.loadavg();
+  const server = spawn(process.execPath, ['--import', 'tsx', 'bench/report-thread.bench.ts', 'server'], {
+    stdio: ['ignore', 'pipe', 'inherit'],
+  });
+  const address = await new Promise<string>((resolve, reject) => {
+    server.stdout.once('data', (chunk) => resolve(String(chunk).trim()));
+    server.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
+  });
+  const cases: Case[] = [
+    {
+      id: 'floor',
+      label: 'no client (a 1 ms timer: the floor of this measurement)',
+      buckets: 0,
+      client: idleClient(),
+    },
+  ].map((c) => ({ ...c, busyUs: [], roundTripMs: [] }));
+  for (const buckets of BUCKET_COUNTS) {
+    const worker = createWorkerControlClient(address);
+    await worker.whenReady();
+    cases.push(
+      {
+        id: `thread-${buckets}`,
+        label: `gRPC client on the request thread, ${buckets} bucket${buckets === 1 ? '' : 's'}`,
+        buckets,
+        client: createGrpcControlClient(address),
+        busyUs: [],
+        roundTripMs: [],
+      },
+      {
+        id: `worker-${buckets}`,
+        label: `gRPC client on a worker thread, ${buckets} bucket${buckets === 1 ? '' : 's'}`,
+        buckets,
+        client: worker,
+        busyUs: [],
+        roundTripMs: [],
+      },
+    );
+  }
+  // Connections opened and first calls made before anything is recorded.
+  for (const c of cases) await c.client.report(reportOf(c.buckets, 0), { timeoutMs: 5_000 });
+  for (const c of cases) c.busyUs.length = c.roundTripMs.length = 0;
+
+  const turnMs = INTERVAL_MS / cases.length;
+  let next = performance.now();
+  for (let i = 1; i <= REPORTS; i++) {
+    for (const c of cases) {
+      next += turnMs;
+      await oneReport(c, i);
+      const waitMs = next - performance.now();
+      if (waitMs > 0) await new Promise((resolve) => setTimeout(resolve, waitMs));
+    }
+    if (i % 10 === 0) process.stderr.write(`${i}/${REPORTS} reports per case\n`);
+  }
+  for (const c of cases) c.client.close();
+  server.kill();
+
+  const results = cases.map((c) => ({
+    id: c.id,
+    label: c.label,
+    buckets: c.buckets,
+    reports: c.busyUs.length,
+    busyUsP50: quantile(c.busyUs, 0.5),
+    busyUsP90: quantile(c.busyUs, 0.9),
+    busyUsMax: quantile(c.busyUs, 1),
+    busyUsMean: c.busyUs.reduce((a, b) => a + b, 0) / Math.max(1, c.busyUs.length),
+    roundTripMsP50: quantile(c.roundTripMs, 0.5),
+  }));
+  const byId = (id: string) => results.find((r) => r.id === id)!;
+  const ratios = BUCKET_COUNTS.map((buckets) => ({
+    buckets,
+    workerOverThreadP50: byId(`worker-${buckets}`).busyUsP50 / byId(`thread-${buckets}`).busyUsP50,
+    workerOverThreadMean: byId(`worker-${buckets}`).busyUsMean / byId(`thread-${buckets}`).busyUsMean,
+  }));
+  const meta = {
+    date: new Date().toISOString(),
+    node: process.version,
+    platform: `${os.type()} ${os.release()} ${os.arch()}`,
+    cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+    loadAverage: { atStart: loadAtStart, atEnd: os.loadavg() },
+    command: `${process.env.BENCH_REPORTS ? `BENCH_REPORTS=${REPORTS} ` : ''}node --import tsx --expose-gc bench/report-thread.bench.ts`,
+    reportsPerCase: REPORTS,
+    intervalMs: INTERVAL_MS,
+  };
+  mkdirSync('bench/results', { recursive: true });
+  writeFileSync(
+    'bench/results/report-thread.json',
+    `${JSON.stringify({ meta, results, ratios }, null, 2)}\n`,
+  );
+  const us = (n: number) => Math.round(n).toLocaleString('en-US');
+  const load = (l: number[]) => l.map((x) => x.toFixed(2)).join(' / ');
+  const md = [
+    '# What a report costs the thread that serves requests',
+    '',
+    `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu} · load average ${load(meta.loadAverage.atStart)} at the start, ${load(meta.loadAverage.atEnd)} at the end`,
+    '',
+    `Reproduce: \`${meta.command}\` (${REPORTS} reports per case, each case once a second, cases taking turns).`,
+    '',
+    "A data-plane host reports its counts about once a second. The report's work on the thread that",
+    'serves requests is a stall that every request arriving meanwhile waits behind: it lands in the',
+    "latency tail, not in `allow()` (which never waits on a report). Busy time is that thread's",
+    'event-loop active time from handing the report to the client until the answer has been handled',
+    '(the thread does nothing else here). The server (one directive per reported bucket) runs in',
+    "another process, so its work is not counted; the worker thread's own work is not counted either:",
+    'it runs beside the request thread, on another core when one is free.',
+    '',
+    '| case | reports | busy µs p50 | busy µs p90 | busy µs max | busy µs mean | round trip ms p50 |',
+    '|---|---:|---:|---:|---:|---:|---:|',
+    ...results.map(
+      (r) =>
+        `| ${r.label} | ${r.reports} | ${us(r.busyUsP50)} | ${us(r.busyUsP90)} | ${us(r.busyUsMax)} | ${us(r.busyUsMean)} | ${r.roundTripMsP50.toFixed(2)} |`,
+    ),
+    '',
+    ...ratios.map(
+      (r) =>
+        `Worker thread over request thread, ${r.buckets} bucket${r.buckets === 1 ? '' : 's'}: **${r.workerOverThreadP50.toFixed(2)}x** busy time at p50, ${r.workerOverThreadMean.toFixed(2)}x in the mean.`,
+    ),
+    '',
+    'What stays on the request thread with the worker: a structured clone of the report object out',
+    'and of the answer back, and the message handling. Building the report from the bucket counters',
+    'and applying the directives are the same in both and not in these figures (the same request',
+    'object is handed to each client).',
+    '',
+  ].join('\n');
+  writeFileSync('bench/results/report-thread.md', md);
+  process.stdout.write(md);
+}
+
+if (process.argv[2] === 'server') await runServer();
+else await main();
