@@ -9,6 +9,9 @@ import {
 } from '../transport/grpc-control-client.js';
 import { createWorkerControlClient } from '../transport/worker-control-client.js';
 
+/** A report thread not running by then fails startup (it loads in well under a second). */
+const WORKER_START_TIMEOUT_MS = 30_000;
+
 export interface ParentClientsOptions {
   authToken?: string;
   tls?: GrpcClientTlsOptions;
@@ -76,11 +79,22 @@ export async function createParentClients(
       },
     }),
   );
+  let timer: NodeJS.Timeout | undefined;
   try {
-    await Promise.all(clients.map((client) => client.whenReady()));
+    await Promise.race([
+      Promise.all(clients.map((client) => client.whenReady())),
+      new Promise<never>((_, reject) => {
+        timer = setTimeout(
+          () => reject(new Error(`report threads not running after ${WORKER_START_TIMEOUT_MS} ms`)),
+          WORKER_START_TIMEOUT_MS,
+        );
+      }),
+    ]);
   } catch (error) {
     for (const client of clients) client.close();
     throw error;
+  } finally {
+    clearTimeout(timer);
   }
   return clients.map((client) => instrumentControlClient(client, metrics));
 }

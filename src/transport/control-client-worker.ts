@@ -16,6 +16,16 @@ const client = createGrpcControlClient(target, {
   onReconnect: (event) => post({ type: 'reconnect', event }),
 });
 const watches = new Map<number, Cancellable>();
+
+/** Connections established so far, sent with every answer (see FromWorker). */
+let connections = 0;
+const countConnections = (): void => {
+  client.whenConnected?.(() => {
+    connections++;
+    countConnections();
+  });
+};
+countConnections();
 post({ type: 'ready' });
 
 port.on('message', (message: ToWorker) => {
@@ -23,7 +33,7 @@ port.on('message', (message: ToWorker) => {
     case 'report': {
       const { id } = message;
       client.report(message.request, { timeoutMs: message.deadlineMs - Date.now() }).then(
-        (response) => post({ type: 'reply', id, response }),
+        (response) => post({ type: 'reply', id, response, connections }),
         (error: unknown) => {
           const known = isSpillwayError(error);
           post({
@@ -33,6 +43,7 @@ port.on('message', (message: ToWorker) => {
             message: known ? error.message : `report to ${target} failed: ${String(error)}`,
             // Details are strings and numbers (target, grpcStatus, remoteMessage): clonable.
             details: known ? { ...error.details } : { target },
+            connections,
           });
         },
       );
@@ -40,6 +51,11 @@ port.on('message', (message: ToWorker) => {
     }
     case 'watch': {
       const { id } = message;
+      if (connections > message.since) {
+        // Established after the answer the caller last had, before this watch arrived: it counts.
+        setImmediate(() => post({ type: 'connected', id }));
+        return;
+      }
       watches.set(
         id,
         client.whenConnected?.(() => {
@@ -52,6 +68,11 @@ port.on('message', (message: ToWorker) => {
     case 'unwatch':
       watches.get(message.id)?.cancel();
       watches.delete(message.id);
+      return;
+    case 'close':
+      for (const watch of watches.values()) watch.cancel();
+      watches.clear();
+      client.close();
       return;
   }
 });

@@ -132,8 +132,7 @@ export function createGrpcControlClient(
   options: GrpcControlClientOptions = {},
 ): ControlClient {
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
-  const reconnectAfterTimeouts = validateReconnectAfterTimeouts(options);
-  const credentialsForTarget = channelCredentials(options.tls);
+  const { reconnectAfterTimeouts, credentialsForTarget } = validateGrpcControlClientOptions(options);
   const channelOptions: ChannelOptions = {
     ...DEFAULT_CHANNEL_OPTIONS,
     'grpc.max_send_message_length': maxMessageBytes,
@@ -311,17 +310,25 @@ export function createGrpcControlClient(
   };
 }
 
-/** The option's value or its default; throws ERR_SPILLWAY_INVALID_OPTION when it is not a non-negative integer. */
-export function validateReconnectAfterTimeouts(options: GrpcControlClientOptions): number {
-  const value = options.reconnectAfterTimeouts ?? DEFAULT_RECONNECT_AFTER_TIMEOUTS;
-  if (!Number.isSafeInteger(value) || value < 0) {
+/**
+ * What the client is built from, checked: throws ERR_SPILLWAY_INVALID_OPTION for a
+ * `reconnectAfterTimeouts` that is not a non-negative integer, and what grpc-js throws for TLS
+ * material it refuses (a key without a certificate...). Also run on the calling thread by
+ * createWorkerControlClient, so bad options fail there, at once, as here.
+ */
+export function validateGrpcControlClientOptions(options: GrpcControlClientOptions): {
+  reconnectAfterTimeouts: number;
+  credentialsForTarget: ChannelCredentials;
+} {
+  const reconnectAfterTimeouts = options.reconnectAfterTimeouts ?? DEFAULT_RECONNECT_AFTER_TIMEOUTS;
+  if (!Number.isSafeInteger(reconnectAfterTimeouts) || reconnectAfterTimeouts < 0) {
     throw new SpillwayError(
       ErrorCode.InvalidOption,
       `reconnectAfterTimeouts must be a non-negative integer, got ${String(options.reconnectAfterTimeouts)}`,
       { option: 'reconnectAfterTimeouts', value: options.reconnectAfterTimeouts },
     );
   }
-  return value;
+  return { reconnectAfterTimeouts, credentialsForTarget: channelCredentials(options.tls) };
 }
 
 function channelCredentials(tls: GrpcClientTlsOptions | undefined): ChannelCredentials {

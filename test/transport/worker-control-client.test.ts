@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { execFile } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
@@ -10,12 +11,14 @@ import {
   ReportResponseSchema,
 } from '../../src/gen/spillway/v1/control_pb.js';
 import type { ReportHandler } from '../../src/transport/control-transport.js';
+import { createGrpcControlClient } from '../../src/transport/grpc-control-client.js';
 import { type GrpcControlServer, startGrpcControlServer } from '../../src/transport/grpc-control-server.js';
 import {
   createWorkerControlClient,
   type WorkerControlClient,
   workerThread,
 } from '../../src/transport/worker-control-client.js';
+import { startFaultProxy } from '../helpers/fault-proxy.js';
 
 // What only the worker-thread client has: a thread to start, lose and end. Its reporting contract
 // is tested with the in-thread client's tests (grpc-control-transport, grpc-reconnect), run on both.
@@ -133,5 +136,77 @@ describe('gRPC control client on a worker thread', () => {
     const error = await rejection(client.report(unclonable, { timeoutMs: 1_000 }));
     assert.equal(error.code, ErrorCode.StoreUnavailable);
     assert.equal((await client.report(reportOf(), { timeoutMs: 5_000 })).directives.length, 1);
+  });
+  it('does not keep the process alive once idle, like the in-thread client', async () => {
+    const server = await serve(answer);
+    const started = performance.now();
+    const outcome = await new Promise<{ code: number | null; stdout: string; stderr: string }>((resolve) => {
+      const child = execFile(
+        process.execPath,
+        ['--import', 'tsx', 'test/helpers/idle-worker-client.ts', server.address],
+        { timeout: 30_000 },
+        (_error, stdout, stderr) => resolve({ code: child.exitCode, stdout, stderr }),
+      );
+    });
+    assert.equal(outcome.stdout, 'reported agg\n', outcome.stderr);
+    assert.equal(
+      outcome.code,
+      0,
+      `exited ${outcome.code} after ${Math.round(performance.now() - started)} ms`,
+    );
+  });
+
+  it('keeps a connection watch across a dead worker: it fires when the new one connects', async () => {
+    const server = await serve(answer);
+    const proxy = await startFaultProxy(server.address);
+    try {
+      proxy.setMode('reset');
+      const client = await connect(proxy.address);
+      const failed = await rejection(client.report(reportOf(), { timeoutMs: 2_000 }));
+      assert.equal(failed.code, ErrorCode.StoreUnavailable);
+      let fired = 0;
+      client.whenConnected!(() => fired++);
+      const first = client[workerThread]()!;
+      await first.terminate();
+      await waitUntil('a new worker thread', () => {
+        const now = client[workerThread]();
+        return now !== undefined && now !== first;
+      });
+      assert.equal(fired, 0);
+      proxy.setMode('pass');
+      // The new thread's channel is idle until a report: the watch fires for the connection it opens.
+      assert.equal((await client.report(reportOf(), { timeoutMs: 5_000 })).directives.length, 1);
+      await waitUntil('the watch to fire', () => fired === 1);
+    } finally {
+      await proxy.close();
+    }
+  });
+
+  it('settles a report its thread does not answer by the deadline plus 20 ms', async () => {
+    const server = await serve(answer);
+    const client = createWorkerControlClient(server.address);
+    clients.push(client);
+    // Sent before the thread has started: nothing can answer it in time.
+    const started = performance.now();
+    const error = await rejection(client.report(reportOf(), { timeoutMs: 0 }));
+    const elapsedMs = performance.now() - started;
+    assert.equal(error.code, ErrorCode.StoreTimeout);
+    assert.match(error.message, /no answer from its worker thread/);
+    assert.ok(elapsedMs < 1_000, `settled after ${elapsedMs} ms`);
+    await client.whenReady();
+    assert.equal((await client.report(reportOf(), { timeoutMs: 5_000 })).directives.length, 1);
+  });
+
+  it('refuses bad options at once, on the calling thread, as the in-thread client does', () => {
+    for (const options of [{ reconnectAfterTimeouts: -1 }, { tls: { keyPem: 'not a key' } }]) {
+      let inThread: unknown;
+      try {
+        createGrpcControlClient('127.0.0.1:1', options).close();
+      } catch (error) {
+        inThread = error;
+      }
+      assert.ok(inThread instanceof Error, `the in-thread client refuses ${JSON.stringify(options)}`);
+      assert.throws(() => createWorkerControlClient('127.0.0.1:1', options), { message: inThread.message });
+    }
   });
 });
