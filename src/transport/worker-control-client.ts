@@ -342,8 +342,12 @@ export function createWorkerControlClient(
  * main thread's module hooks to worker threads: the worker registers tsx's hooks first.
  */
 function startWorker(workerData: WorkerInit): Worker {
+  const execArgv = workerExecArgv();
   if (!import.meta.url.endsWith('.ts')) {
-    return new Worker(new URL('./control-client-worker.js', import.meta.url), { workerData });
+    return new Worker(new URL('./control-client-worker.js', import.meta.url), {
+      workerData,
+      ...(execArgv ? { execArgv } : {}),
+    });
   }
   const entry = new URL('./control-client-worker.ts', import.meta.url);
   let tsx: string;
@@ -351,8 +355,21 @@ function startWorker(workerData: WorkerInit): Worker {
     tsx = import.meta.resolve('tsx/esm/api');
   } catch {
     // Not under tsx: a runtime that loads TypeScript itself (Node 22 type stripping) may manage.
-    return new Worker(entry, { workerData });
+    return new Worker(entry, { workerData, ...(execArgv ? { execArgv } : {}) });
   }
   const bootstrap = `import(${JSON.stringify(tsx)}).then((api) => { api.register(); return import(${JSON.stringify(entry.href)}); });`;
-  return new Worker(bootstrap, { eval: true, workerData });
+  return new Worker(bootstrap, { eval: true, workerData, ...(execArgv ? { execArgv } : {}) });
+}
+
+/**
+ * A worker inherits the process's Node options, `--input-type` included, which applies to the
+ * process's `-e` code only: a worker given it refuses its entry file (ERR_INPUT_TYPE_NOT_ALLOWED),
+ * e.g. under `node --input-type=module -e "..."`. Such a worker gets no options (the thread needs
+ * none: from source it registers tsx itself); others inherit as usual (an explicit list may not
+ * carry process-wide flags such as `--expose-gc`, which inheriting skips).
+ */
+function workerExecArgv(): string[] | undefined {
+  return process.execArgv.some((arg) => arg === '--input-type' || arg.startsWith('--input-type='))
+    ? []
+    : undefined;
 }

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { execFile } from 'node:child_process';
-import { readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
 import { ErrorCode, SpillwayError } from '../../src/core/errors.js';
@@ -208,5 +208,27 @@ describe('gRPC control client on a worker thread', () => {
       assert.ok(inThread instanceof Error, `the in-thread client refuses ${JSON.stringify(options)}`);
       assert.throws(() => createWorkerControlClient('127.0.0.1:1', options), { message: inThread.message });
     }
+  });
+  const built = new URL('../../dist/src/transport/worker-control-client.js', import.meta.url);
+  it('starts from the built package, also under `node --input-type=module -e` (a flag a worker refuses)', {
+    skip: !existsSync(built) && 'dist/ not built (npm test builds it first)',
+  }, async () => {
+    const server = await serve(answer);
+    const code = `
+        const { createWorkerControlClient } = await import(${JSON.stringify(built.href)});
+        const client = createWorkerControlClient(${JSON.stringify(server.address)});
+        const response = await client.report({ $typeName: 'spillway.v1.ReportRequest', reporterId: 'eval', zone: 'z1',
+          buckets: [{ $typeName: 'spillway.v1.BucketUsage', bucket: 'api', offered: 1, admitted: 1, wouldDrop: 0 }] },
+          { timeoutMs: 10_000 });
+        console.log(response.directives.length);`;
+    const stdout = await new Promise<string>((resolve, reject) => {
+      execFile(
+        process.execPath,
+        ['--input-type=module', '-e', code],
+        { timeout: 30_000 },
+        (error, out, stderr) => (error ? reject(new Error(`${error.message}\n${stderr}`)) : resolve(out)),
+      );
+    });
+    assert.equal(stdout, '1\n');
   });
 });
