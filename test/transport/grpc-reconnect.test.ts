@@ -14,7 +14,7 @@ import type {
   GrpcReconnectEvent,
 } from '../../src/transport/grpc-control-client.js';
 import { type GrpcControlServer, startGrpcControlServer } from '../../src/transport/grpc-control-server.js';
-import { CONTROL_CLIENT_VARIANTS } from '../helpers/control-client-variants.js';
+import { CONTROL_CLIENT_VARIANTS, type ControlClientVariant } from '../helpers/control-client-variants.js';
 import { type FaultProxy, startFaultProxy } from '../helpers/fault-proxy.js';
 
 // The gRPC client replaces a connection on which reports keep running out their deadline, so that a
@@ -70,17 +70,25 @@ async function proxyTo(target: string): Promise<FaultProxy> {
   cleanups.push(() => proxy.close());
   return proxy;
 }
+/** A client of `variant` whose reconnect events are recorded, closed after the file. */
+async function connectWith(
+  variant: ControlClientVariant,
+  target: string,
+  options: GrpcControlClientOptions = {},
+) {
+  const events: GrpcReconnectEvent[] = [];
+  const client: ControlClient = await variant.connect(target, {
+    ...options,
+    onReconnect: (event) => events.push(event),
+  });
+  cleanups.push(() => client.close());
+  return { client, events };
+}
+
 for (const variant of CONTROL_CLIENT_VARIANTS)
   describe(`gRPC control client ${variant.name}: replacing stuck connections`, () => {
-    async function connect(target: string, options: GrpcControlClientOptions = {}) {
-      const events: GrpcReconnectEvent[] = [];
-      const client: ControlClient = await variant.connect(target, {
-        ...options,
-        onReconnect: (event) => events.push(event),
-      });
-      cleanups.push(() => client.close());
-      return { client, events };
-    }
+    const connect = (target: string, options?: GrpcControlClientOptions) =>
+      connectWith(variant, target, options);
     it('opens a new connection after 2 reports in a row time out, not after 1; a success resets the count', async () => {
       const server = await serve();
       const proxy = await proxyTo(server.address);
@@ -269,15 +277,8 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
 
 for (const variant of CONTROL_CLIENT_VARIANTS)
   describe(`gRPC control client ${variant.name}: whenConnected`, () => {
-    async function connect(target: string, options: GrpcControlClientOptions = {}) {
-      const events: GrpcReconnectEvent[] = [];
-      const client: ControlClient = await variant.connect(target, {
-        ...options,
-        onReconnect: (event) => events.push(event),
-      });
-      cleanups.push(() => client.close());
-      return { client, events };
-    }
+    const connect = (target: string, options?: GrpcControlClientOptions) =>
+      connectWith(variant, target, options);
     /** Short reconnect backoff so the file stays fast; the CLI caps it at one interval. */
     const fastBackoff = {
       channelOptions: {
