@@ -159,12 +159,16 @@ async function runExpress(argv: string[]): Promise<void> {
     }
   } else if (variant === 'spillway-global') {
     const { createGlobalLimiter } = await import('../src/global/index.js');
-    const { createGrpcControlClient } = await import('../src/transport/index.js');
+    const { createWorkerControlClient } = await import('../src/transport/index.js');
     const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
+    // As docs/middleware.md recommends: reports go out from a worker thread (the 17:23 results in
+    // bench/results/edge.md predate this and reported from the request thread).
+    const client = createWorkerControlClient(String(values.aggregator));
+    await client.whenReady();
     const limiter = createGlobalLimiter({
       reporterId: `edge-express-${process.pid}`,
       zone: 'z1',
-      clients: [createGrpcControlClient(String(values.aggregator))],
+      clients: [client],
     });
     limiter.start();
     const bucket = String(values.bucket);
