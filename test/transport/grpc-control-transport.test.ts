@@ -21,6 +21,7 @@ import {
 import { type GrpcControlServer, startGrpcControlServer } from '../../src/transport/grpc-control-server.js';
 import { REPORT_METHOD_PATH } from '../../src/transport/grpc-control-service.js';
 import { CONTROL_CLIENT_VARIANTS } from '../helpers/control-client-variants.js';
+import { rejection } from '../helpers/rejection.js';
 
 function reportOf(buckets: number, reporterId = 'host-a'): ReportRequest {
   return create(ReportRequestSchema, {
@@ -55,16 +56,6 @@ const echoHandler: ReportHandler = (request) =>
       ttlMs: 3000,
     })),
   });
-
-async function rejection(promise: Promise<unknown>): Promise<SpillwayError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof SpillwayError, `expected a SpillwayError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail('expected a rejection');
-}
 
 const openServers: GrpcControlServer[] = [];
 const openClients: ControlClient[] = [];

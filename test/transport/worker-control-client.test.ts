@@ -19,6 +19,7 @@ import {
   workerThread,
 } from '../../src/transport/worker-control-client.js';
 import { startFaultProxy } from '../helpers/fault-proxy.js';
+import { rejection } from '../helpers/rejection.js';
 
 // What only the worker-thread client has: a thread to start, lose and end. Its reporting contract
 // is tested with the in-thread client's tests (grpc-control-transport, grpc-reconnect), run on both.
@@ -63,15 +64,6 @@ async function waitUntil(what: string, check: () => boolean, timeoutMs = 10_000)
     if (performance.now() - started > timeoutMs) assert.fail(`${what} within ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 20));
   }
-}
-async function rejection(promise: Promise<unknown>): Promise<SpillwayError> {
-  try {
-    await promise;
-  } catch (error) {
-    assert.ok(error instanceof SpillwayError, `expected a SpillwayError, got ${String(error)}`);
-    return error;
-  }
-  assert.fail('expected a rejection');
 }
 
 describe('gRPC control client on a worker thread', () => {
