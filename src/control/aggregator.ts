@@ -16,6 +16,7 @@ import type { ControlClient, ReportContext, ReportHandler } from '../transport/c
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
+import { DepartedArrivals, isOlderThanLast, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
@@ -100,6 +101,12 @@ export interface AggregatorBucketSnapshot {
 export interface AggregatorCounters {
   reports: number;
   duplicateReports: number;
+  /**
+   * Reports left out of the sums as old (report-arrivals.ts): older than one already applied, or
+   * arrived more than a host grace later than their sender's usual (a report a partition held
+   * back, whose host has moved on).
+   */
+  lateReports: number;
   rejectedReports: Record<string, number>;
   forwards: number;
   /** Forwards every parent refused or timed out. */
@@ -200,6 +207,9 @@ interface HostState {
   hostCount: number;
   lastSeenMs: number;
   sequences: RecentSequences;
+  /** Window end (sender's clock) of the last report applied. */
+  lastWindowEndMs: bigint;
+  arrivals: ReportArrivals;
   usage: HostUsage[];
 }
 
@@ -253,6 +263,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
 
   let intervalMs = configuredIntervalMs;
   const hosts = new Map<string, HostState>();
+  /** Forgotten hosts' report timing, for a report of theirs that turns up late. */
+  const departed = new DepartedArrivals(maxHosts);
   const buckets = new Map<string, BucketEntry>();
   const parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
   let sequence = 0n;
@@ -274,6 +286,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   const counters: AggregatorCounters = {
     reports: 0,
     duplicateReports: 0,
+    lateReports: 0,
     rejectedReports: {},
     forwards: 0,
     forwardFailures: 0,
@@ -303,6 +316,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     for (const [id, host] of hosts) {
       if (nowMs - host.lastSeenMs > expiry) {
         hosts.delete(id);
+        departed.remember(id, host.arrivals);
         counters.expiredHosts++;
       }
     }
@@ -327,6 +341,24 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     const nowMs = scheduler.nowMs();
     const key = reporterKey(request, context);
     let host = hosts.get(key);
+    const arrivals = host?.arrivals ?? departed.take(key);
+    // A retry of a report already counted is a duplicate (below); news is judged by its age.
+    if (
+      !host?.sequences.has(request.sequence) &&
+      (isOlderThanLast(host, request) ||
+        arrivals.isLate(nowMs - Number(request.windowEndMs), hostGraceMs(), intervalMs))
+    ) {
+      counters.reports++;
+      counters.lateReports++;
+      if (!host) departed.remember(key, arrivals);
+      // Old news: the sender has reported since, or gave up on this report long ago.
+      return create(ReportResponseSchema, {
+        directives: [],
+        reportIntervalMs: intervalMs,
+        epoch: host ? newestEpoch(host) : 0n,
+        responderId: options.id,
+      });
+    }
     // Counted in the sums until now: its usage is in the next forward either way. Otherwise it
     // (re)joins them, and directives cached from earlier forwards were computed without it.
     const wasCounted = host !== undefined && nowMs - host.lastSeenMs <= hostGraceMs();
@@ -334,6 +366,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     if (!host) {
       if (hosts.size >= maxHosts) expire(nowMs);
       if (hosts.size >= maxHosts) {
+        departed.remember(key, arrivals);
         reject(
           new SpillwayError(ErrorCode.CapacityExceeded, `aggregator tracks ${maxHosts} hosts already`, {
             field: 'reporterId',
@@ -348,6 +381,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         hostCount: 0,
         lastSeenMs: nowMs,
         sequences: new RecentSequences(),
+        lastWindowEndMs: request.windowEndMs,
+        arrivals,
         usage: [],
       };
       hosts.set(key, host);
@@ -361,6 +396,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       const previousUsage = host.usage;
       let previousByBucket: Map<BucketEntry, HostUsage> | undefined;
       host.sequences.add(request.sequence);
+      host.lastWindowEndMs = request.windowEndMs;
       host.zone = request.zone;
       host.tier = request.tier;
       host.hostCount = request.tier === Tier.HOST ? Math.max(1, request.hostCount) : request.hostCount;

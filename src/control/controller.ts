@@ -22,6 +22,7 @@ import { type ControlLogger, silentLogger } from './control-logger.js';
 import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
+import { DepartedArrivals, isOlderThanLast, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
@@ -97,6 +98,12 @@ export interface ControllerCounters {
   reports: number;
   /** Reports whose (reporterId, sequence) was already counted. */
   duplicateReports: number;
+  /**
+   * Reports left out of the sums as old (report-arrivals.ts): older than one already applied, or
+   * arrived more than a child expiry later than their sender's usual (a forward a partition held
+   * back).
+   */
+  lateReports: number;
   /** Refused reports by error code. */
   rejectedReports: Record<string, number>;
   /** Bucket entries in reports that matched no rule. */
@@ -213,6 +220,9 @@ interface ChildState {
   hostCount: number;
   lastSeenMs: number;
   sequences: RecentSequences;
+  /** Window end (sender's clock) of the last report applied. */
+  lastWindowEndMs: bigint;
+  arrivals: ReportArrivals;
   usage: ChildUsage[];
 }
 
@@ -259,6 +269,8 @@ export function createController(options: ControllerOptions): Controller {
   let bucketExpiryMs = options.bucketExpiryMs ?? 10 * limits.config.intervalMs;
 
   const children = new Map<string, ChildState>();
+  /** Forgotten children's report timing, for a report of theirs that turns up late. */
+  const departed = new DepartedArrivals(maxChildren);
   const buckets = new Map<string, BucketState>();
   /** Live instances per template, for `maxInstances`. */
   const instances = new Map<string, number>();
@@ -273,6 +285,7 @@ export function createController(options: ControllerOptions): Controller {
   const counters: ControllerCounters = {
     reports: 0,
     duplicateReports: 0,
+    lateReports: 0,
     rejectedReports: {},
     unknownBuckets: 0,
     bucketsOverCapacity: 0,
@@ -357,6 +370,7 @@ export function createController(options: ControllerOptions): Controller {
     for (const [id, child] of children) {
       if (child.lastSeenMs < oldestMs) {
         children.delete(id);
+        departed.remember(id, child.arrivals);
         counters.expiredChildren++;
       }
     }
@@ -378,9 +392,28 @@ export function createController(options: ControllerOptions): Controller {
     const nowMs = scheduler.nowMs();
     const key = reporterKey(request, context);
     let child = children.get(key);
+    const arrivals = child?.arrivals ?? departed.take(key);
+    // A retry of a report already counted is a duplicate (below); news is judged by its age.
+    if (
+      !child?.sequences.has(request.sequence) &&
+      (isOlderThanLast(child, request) ||
+        arrivals.isLate(nowMs - Number(request.windowEndMs), childExpiryMs, limits.config.intervalMs))
+    ) {
+      counters.reports++;
+      counters.lateReports++;
+      if (!child) departed.remember(key, arrivals);
+      // Old news: the sender has reported since, or gave up on this report long ago.
+      return create(ReportResponseSchema, {
+        directives: [],
+        reportIntervalMs: limits.config.intervalMs,
+        epoch: epochBig,
+        responderId: options.id,
+      });
+    }
     if (!child) {
       if (children.size >= maxChildren) expireChildren(nowMs);
       if (children.size >= maxChildren) {
+        departed.remember(key, arrivals);
         warnCapacity('maxChildren', maxChildren);
         reject(
           new SpillwayError(ErrorCode.CapacityExceeded, `controller tracks ${maxChildren} children already`, {
@@ -397,6 +430,8 @@ export function createController(options: ControllerOptions): Controller {
         hostCount: 0,
         lastSeenMs: nowMs,
         sequences: new RecentSequences(),
+        lastWindowEndMs: request.windowEndMs,
+        arrivals,
         usage: [],
       };
       children.set(key, child);
@@ -408,6 +443,7 @@ export function createController(options: ControllerOptions): Controller {
     } else {
       const previousUsage = child.usage;
       child.sequences.add(request.sequence);
+      child.lastWindowEndMs = request.windowEndMs;
       child.tier = request.tier;
       child.zone = request.zone;
       child.region = request.region;

@@ -120,6 +120,12 @@ export function addAggregatorMetrics(
         'counter',
         (s) => s.counters.duplicateReports,
       ),
+      single(
+        'spillway_aggregator_late_reports_total',
+        'Reports left out of the sums as old: older than one already applied, or more than a host grace later than their sender usually arrives (held back by a partition).',
+        'counter',
+        (s) => s.counters.lateReports,
+      ),
       {
         name: 'spillway_aggregator_rejected_reports_total',
         help: 'Reports refused, by error code.',

@@ -150,6 +150,12 @@ export function addControllerMetrics(
         'counter',
         (s) => s.counters.duplicateReports,
       ),
+      single(
+        'spillway_controller_late_reports_total',
+        'Reports left out of the sums as old: older than one already applied, or more than a child expiry later than their sender usually arrives (held back by a partition).',
+        'counter',
+        (s) => s.counters.lateReports,
+      ),
       {
         name: 'spillway_controller_rejected_reports_total',
         help: 'Reports refused, by error code.',

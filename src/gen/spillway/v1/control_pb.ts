@@ -56,8 +56,9 @@ export type ReportRequest = Message<"spillway.v1.ReportRequest"> & {
   sequence: bigint;
 
   /**
-   * The window the counts cover, epoch milliseconds by the sender's clock. Receivers use only the
-   * length (end - start) to turn counts into rates, so clock offsets between tiers do not matter.
+   * The window the counts cover, epoch milliseconds by the sender's clock. Receivers use the length
+   * (end - start) to turn counts into rates, and the end, against the same sender's earlier
+   * reports, to spot a report that arrived late; neither needs the tiers' clocks to agree.
    *
    * @generated from field: int64 window_start_ms = 6;
    */

@@ -1,0 +1,114 @@
+/**
+ * How late one reporter's reports arrive compared with its usual, so that a report that spent
+ * seconds in a TCP retransmission queue is not counted as news.
+ *
+ * The case it exists for: a host's report to aggregator A is stuck in a partition, its client gives
+ * up and the host moves to aggregator B. When the path heals, TCP delivers the old report to A,
+ * which would count the host again, next to B, for a whole host grace (a ratio of 0.667 where
+ * 0.333 was right). A cannot tell that from the report's sequence (A never saw the newer ones),
+ * only from its age.
+ *
+ * Age without synchronised clocks: `offset = arrival (receiver's clock) - window end (sender's
+ * clock)` is the clocks' difference plus the transit time. Over the last few accepted reports the
+ * smallest offset is the clocks' difference plus the quickest transit, so a report's lateness is
+ * its offset minus that smallest one; the difference between the clocks cancels out. The window
+ * slides so that clock drift (100 ppm is 6 ms a minute) never builds up.
+ *
+ * A sender whose clock steps back looks late too, but it keeps reporting: two reports in a row with
+ * the same offset (within a quarter interval) are a new normal, not a delay, and reset the window;
+ * reports drained from a queue at once have offsets a whole interval apart and stay late. So a
+ * clock step costs one report, and a late bunch costs nothing it should not.
+ */
+export class ReportArrivals {
+  /** Accepted reports whose offsets make the reporter's usual. */
+  static readonly window = 8;
+  readonly #offsets: number[] = [];
+  #lastOffsetMs: number | undefined;
+
+  /**
+   * Whether a report arriving `offsetMs` after its window's end (see above) is later than
+   * `lateAfterMs` against this reporter's usual. Remembers the offset either way.
+   */
+  isLate(offsetMs: number, lateAfterMs: number, intervalMs: number): boolean {
+    const previous = this.#lastOffsetMs;
+    this.#lastOffsetMs = offsetMs;
+    const usual = this.usualOffsetMs;
+    if (usual === undefined || offsetMs - usual <= lateAfterMs) {
+      this.#accept(offsetMs);
+      return false;
+    }
+    if (previous !== undefined && Math.abs(offsetMs - previous) <= intervalMs / 4) {
+      // The sender's clock moved: start over from here.
+      this.#offsets.length = 0;
+      this.#accept(offsetMs);
+      return false;
+    }
+    return true;
+  }
+
+  /** The smallest offset of the recent accepted reports; undefined before the first. */
+  get usualOffsetMs(): number | undefined {
+    if (this.#offsets.length === 0) return undefined;
+    let min = this.#offsets[0]!;
+    for (const offset of this.#offsets) if (offset < min) min = offset;
+    return min;
+  }
+
+  #accept(offsetMs: number): void {
+    if (this.#offsets.length >= ReportArrivals.window) this.#offsets.shift();
+    this.#offsets.push(offsetMs);
+  }
+}
+
+/**
+ * The arrivals of reporters that were forgotten (expired), so a report that turns up after its
+ * sender's state was dropped is still judged against the sender's usual. Bounded: the oldest entry
+ * goes first.
+ */
+export class DepartedArrivals {
+  readonly #entries = new Map<string, ReportArrivals>();
+  readonly #max: number;
+
+  constructor(max: number) {
+    this.#max = max;
+  }
+
+  remember(key: string, arrivals: ReportArrivals): void {
+    this.#entries.delete(key);
+    this.#entries.set(key, arrivals);
+    if (this.#entries.size > this.#max) {
+      const oldest = this.#entries.keys().next();
+      if (!oldest.done) this.#entries.delete(oldest.value);
+    }
+  }
+
+  /** The reporter's arrivals if it departed (and forgets them here), else a fresh record. */
+  take(key: string): ReportArrivals {
+    const arrivals = this.#entries.get(key);
+    if (arrivals === undefined) return new ReportArrivals();
+    this.#entries.delete(key);
+    return arrivals;
+  }
+
+  get size(): number {
+    return this.#entries.size;
+  }
+}
+
+/**
+ * Whether `report` is older than the last one applied from its sender: an earlier sequence and an
+ * earlier window. A report held back on an old connection can arrive after a newer one sent on a
+ * fresh connection; applied, it would replace the newer usage with older. Both tests, because a
+ * restarted sender starts its sequence over (its window is newer) and a sender whose clock stepped
+ * back has older windows (its sequence is newer).
+ */
+export function isOlderThanLast(
+  sender: { sequences: { readonly last: bigint }; lastWindowEndMs: bigint } | undefined,
+  report: { sequence: bigint; windowEndMs: bigint },
+): boolean {
+  return (
+    sender !== undefined &&
+    report.sequence < sender.sequences.last &&
+    report.windowEndMs < sender.lastWindowEndMs
+  );
+}
