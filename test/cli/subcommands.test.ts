@@ -169,8 +169,9 @@ describe('spillway controller: limits reload', () => {
         create(ReportRequestSchema, {
           reporterId: 'probe',
           sequence,
-          windowStartMs: 1_000n,
-          windowEndMs: 2_000n,
+          // Ends now, like a real reporter's window (a fixed one would look ever later).
+          windowStartMs: BigInt(Date.now() - 1000),
+          windowEndMs: BigInt(Date.now()),
           hostCount: 1,
           buckets: [{ bucket: 'api', offered: 10, admitted: 10 }],
         }),

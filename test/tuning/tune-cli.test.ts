@@ -209,8 +209,9 @@ describe('spillway controller --history', () => {
           create(ReportRequestSchema, {
             reporterId: 'probe',
             sequence,
-            windowStartMs: 1_000n,
-            windowEndMs: 2_000n,
+            // Ends now, like a real reporter's window (a fixed one would look ever later).
+            windowStartMs: BigInt(Date.now() - 1000),
+            windowEndMs: BigInt(Date.now()),
             hostCount: 1,
             buckets: [{ bucket: 'api', offered: 40, admitted: 40 }],
           }),
@@ -268,8 +269,9 @@ describe('spillway controller --history', () => {
           create(ReportRequestSchema, {
             reporterId: 'probe',
             sequence,
-            windowStartMs: 1_000n,
-            windowEndMs: 2_000n,
+            // Ends now, like a real reporter's window (a fixed one would look ever later).
+            windowStartMs: BigInt(Date.now() - 1000),
+            windowEndMs: BigInt(Date.now()),
             hostCount: 1,
             buckets: [{ bucket: 'api', offered: 1, admitted: 1 }],
           }),
