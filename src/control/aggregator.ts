@@ -16,7 +16,12 @@ import type { ControlClient, ReportContext, ReportHandler } from '../transport/c
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
-import { DepartedArrivals, isOlderThanLast, type ReportArrivals } from './report-arrivals.js';
+import {
+  DepartedArrivals,
+  fleetUsualOffsetMs,
+  isOlderThanLast,
+  type ReportArrivals,
+} from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
@@ -103,7 +108,7 @@ export interface AggregatorCounters {
   duplicateReports: number;
   /**
    * Reports left out of the sums as old (report-arrivals.ts): older than one already applied, or
-   * arrived more than a host grace later than their sender's usual (a report a partition held
+   * arrived more than an interval later than their sender's usual (a report a partition held
    * back, whose host has moved on).
    */
   lateReports: number;
@@ -346,7 +351,14 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     if (
       !host?.sequences.has(request.sequence) &&
       (isOlderThanLast(host, request) ||
-        arrivals.isLate(nowMs - Number(request.windowEndMs), hostGraceMs(), intervalMs))
+        arrivals.isLate(
+          nowMs - Number(request.windowEndMs),
+          // A sender gives up on a report after its deadline (half an interval by default) and
+          // carries its counts into the next one, maybe to another receiver: news no longer.
+          intervalMs,
+          intervalMs,
+          arrivals.usualOffsetMs === undefined ? fleetUsualOffsetMs(hosts.values()) : undefined,
+        ))
     ) {
       counters.reports++;
       counters.lateReports++;

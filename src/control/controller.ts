@@ -22,7 +22,12 @@ import { type ControlLogger, silentLogger } from './control-logger.js';
 import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
-import { DepartedArrivals, isOlderThanLast, type ReportArrivals } from './report-arrivals.js';
+import {
+  DepartedArrivals,
+  fleetUsualOffsetMs,
+  isOlderThanLast,
+  type ReportArrivals,
+} from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
@@ -100,7 +105,7 @@ export interface ControllerCounters {
   duplicateReports: number;
   /**
    * Reports left out of the sums as old (report-arrivals.ts): older than one already applied, or
-   * arrived more than a child expiry later than their sender's usual (a forward a partition held
+   * arrived more than an interval later than their sender's usual (a forward a partition held
    * back).
    */
   lateReports: number;
@@ -397,7 +402,14 @@ export function createController(options: ControllerOptions): Controller {
     if (
       !child?.sequences.has(request.sequence) &&
       (isOlderThanLast(child, request) ||
-        arrivals.isLate(nowMs - Number(request.windowEndMs), childExpiryMs, limits.config.intervalMs))
+        arrivals.isLate(
+          nowMs - Number(request.windowEndMs),
+          // A sender gives up on a report after its deadline (half an interval by default) and
+          // carries its counts into the next one, maybe to another receiver: news no longer.
+          limits.config.intervalMs,
+          limits.config.intervalMs,
+          arrivals.usualOffsetMs === undefined ? fleetUsualOffsetMs(children.values()) : undefined,
+        ))
     ) {
       counters.reports++;
       counters.lateReports++;

@@ -18,6 +18,12 @@
  * the same offset (within a quarter interval) are a new normal, not a delay, and reset the window;
  * reports drained from a queue at once have offsets a whole interval apart and stay late. So a
  * clock step costs one report, and a late bunch costs nothing it should not.
+ *
+ * A sender's first report to a receiver has no usual of its own. It is judged against the other
+ * senders' (`fleetUsualOffsetMs`), with one more interval of slack for the clocks' differences: a
+ * host cut off from every aggregator leaves a stuck report at each one it tried, and those that
+ * never saw it would otherwise count it. A sender whose clock is further off than that loses its
+ * first report, and its second (agreeing with the first) sets its own usual.
  */
 export class ReportArrivals {
   /** Accepted reports whose offsets make the reporter's usual. */
@@ -29,11 +35,13 @@ export class ReportArrivals {
    * Whether a report arriving `offsetMs` after its window's end (see above) is later than
    * `lateAfterMs` against this reporter's usual. Remembers the offset either way.
    */
-  isLate(offsetMs: number, lateAfterMs: number, intervalMs: number): boolean {
+  isLate(offsetMs: number, lateAfterMs: number, intervalMs: number, fleetUsualMs?: number): boolean {
     const previous = this.#lastOffsetMs;
     this.#lastOffsetMs = offsetMs;
-    const usual = this.usualOffsetMs;
-    if (usual === undefined || offsetMs - usual <= lateAfterMs) {
+    const own = this.usualOffsetMs;
+    const usual = own ?? fleetUsualMs;
+    const slackMs = own === undefined ? lateAfterMs + intervalMs : lateAfterMs;
+    if (usual === undefined || offsetMs - usual <= slackMs) {
       this.#accept(offsetMs);
       return false;
     }
@@ -58,6 +66,25 @@ export class ReportArrivals {
     if (this.#offsets.length >= ReportArrivals.window) this.#offsets.shift();
     this.#offsets.push(offsetMs);
   }
+}
+
+/** Senders sampled for `fleetUsualOffsetMs`: enough for a median, cheap for each new sender. */
+const FLEET_SAMPLE = 63;
+
+/**
+ * The median usual offset of up to 63 senders (the first in `senders`' order), the prior for a
+ * sender's first report; undefined when none has one.
+ */
+export function fleetUsualOffsetMs(senders: Iterable<{ arrivals: ReportArrivals }>): number | undefined {
+  const usuals: number[] = [];
+  for (const sender of senders) {
+    const usual = sender.arrivals.usualOffsetMs;
+    if (usual !== undefined) usuals.push(usual);
+    if (usuals.length >= FLEET_SAMPLE) break;
+  }
+  if (usuals.length === 0) return undefined;
+  usuals.sort((a, b) => a - b);
+  return usuals[Math.floor(usuals.length / 2)];
 }
 
 /**
@@ -96,8 +123,8 @@ export class DepartedArrivals {
 }
 
 /**
- * Whether `report` is older than the last one applied from its sender: an earlier sequence and an
- * earlier window. A report held back on an old connection can arrive after a newer one sent on a
+ * Whether `report` is older than the last one applied from its sender: a sequence a few behind and
+ * an earlier window. A report held back on an old connection can arrive after a newer one sent on a
  * fresh connection; applied, it would replace the newer usage with older. Both tests, because a
  * restarted sender starts its sequence over (its window is newer) and a sender whose clock stepped
  * back has older windows (its sequence is newer).
@@ -109,6 +136,15 @@ export function isOlderThanLast(
   return (
     sender !== undefined &&
     report.sequence < sender.sequences.last &&
+    // A few behind: a held-back report. Far behind is a sender that started over (restarted with
+    // the same id), whose clock may well be behind the old process's last window.
+    sender.sequences.last - report.sequence <= OLDER_REPORT_MAX_GAP &&
     report.windowEndMs < sender.lastWindowEndMs
   );
 }
+
+/**
+ * How many sequences behind the last applied a report may be and still be taken for a held-back
+ * one: the gRPC client replaces a stuck connection after 2 reports time out, so a few at most.
+ */
+const OLDER_REPORT_MAX_GAP = 4n;

@@ -122,7 +122,7 @@ export function addAggregatorMetrics(
       ),
       single(
         'spillway_aggregator_late_reports_total',
-        'Reports left out of the sums as old: older than one already applied, or more than a host grace later than their sender usually arrives (held back by a partition).',
+        'Reports left out of the sums as old: older than one already applied, or more than an interval later than their sender usually arrives (held back by a partition).',
         'counter',
         (s) => s.counters.lateReports,
       ),

@@ -152,7 +152,7 @@ export function addControllerMetrics(
       ),
       single(
         'spillway_controller_late_reports_total',
-        'Reports left out of the sums as old: older than one already applied, or more than a child expiry later than their sender usually arrives (held back by a partition).',
+        'Reports left out of the sums as old: older than one already applied, or more than an interval later than their sender usually arrives (held back by a partition).',
         'counter',
         (s) => s.counters.lateReports,
       ),

@@ -155,22 +155,91 @@ describe('late reports at an aggregator', () => {
     );
   });
 
-  it('counts a report late by less than the host grace, and a host whose clock stepped back after one report', () => {
+  it("counts a report late by less than an interval (the sender's deadline), not one later than that", () => {
     const { clock, aggregator, report, offered } = setup();
     for (let s = 1; s <= 3; s++) {
       report('h1', s, 100);
       clock.advance(INTERVAL_MS);
     }
-    report('h1', 4, 150, 2 * INTERVAL_MS);
-    assert.equal(offered(), 150, '2 s late: still news within a 2.5 s grace');
+    report('h1', 4, 150, 0.6 * INTERVAL_MS);
+    assert.equal(offered(), 150, '0.6 s late: still news');
     clock.advance(INTERVAL_MS);
+    // Its sender gave up on it long ago and carried its counts into the next report.
+    report('h1', 5, 200, 1.5 * INTERVAL_MS);
+    assert.equal(offered(), 150, '1.5 s late: refused');
+    assert.equal(aggregator.snapshot().counters.lateReports, 1);
+  });
+
+  it('costs a host whose clock stepped back one report', () => {
+    const { clock, aggregator, report, offered } = setup();
+    for (let s = 1; s <= 3; s++) {
+      report('h1', s, 100);
+      clock.advance(INTERVAL_MS);
+    }
     // h1's clock steps back 30 s: its reports look 30 s late, but they keep coming on time.
-    report('h1', 5, 300, 30_000);
-    assert.equal(offered(), 150, 'the first report after the step is taken for a late one');
+    report('h1', 4, 300, 30_000);
+    assert.equal(offered(), 100, 'the first report after the step is taken for a late one');
     clock.advance(INTERVAL_MS);
-    report('h1', 6, 300, 30_000);
+    report('h1', 5, 300, 30_000);
     assert.equal(offered(), 300, 'the second agrees with it: a new normal');
     assert.equal(aggregator.snapshot().counters.lateReports, 1);
+  });
+
+  it('costs a host restarted with the same id and a clock 20 s behind one report, not a lockout', () => {
+    const { clock, aggregator, report, offered } = setup();
+    for (let s = 1; s <= 50; s++) {
+      report('h1', s, 100);
+      clock.advance(INTERVAL_MS);
+    }
+    // Restarted on another machine: sequence 1 again, and every window end 20 s behind.
+    report('h1', 1, 200, 20_000);
+    assert.equal(offered(), 100);
+    clock.advance(INTERVAL_MS);
+    report('h1', 2, 200, 20_000);
+    assert.equal(offered(), 200);
+    assert.equal(aggregator.snapshot().counters.lateReports, 1);
+  });
+
+  it("judges a sender's first report against the other senders' usual: a stuck one is refused", () => {
+    const { clock, aggregator, report, offered } = setup();
+    for (let s = 1; s <= 3; s++) {
+      report('h1', s, 100);
+      report('h2', s, 100);
+      clock.advance(INTERVAL_MS);
+    }
+    // h3 never reported here: its report to this backup aggregator was stuck for 5 s.
+    report('h3', 9, 100, 5 * INTERVAL_MS);
+    assert.equal(offered(), 200);
+    assert.equal(aggregator.snapshot().counters.lateReports, 1);
+    // h4 is new and on time, its clock a little off (300 ms): counted at once.
+    const h4 = (sequence: number) =>
+      call(
+        aggregator.handleReport,
+        hostReport({
+          id: 'h4',
+          sequence,
+          endMs: clock.nowMs() + SKEW_MS - 300,
+          buckets: [{ bucket: 'pay', offered: 100 }],
+        }),
+      );
+    h4(1);
+    assert.equal(offered(), 300);
+    // h5's clock is 10 s behind the others: its first report looks late, its second sets its usual.
+    const h5 = (sequence: number) =>
+      call(
+        aggregator.handleReport,
+        hostReport({
+          id: 'h5',
+          sequence,
+          endMs: clock.nowMs() + SKEW_MS - 10_000,
+          buckets: [{ bucket: 'pay', offered: 100 }],
+        }),
+      );
+    h5(1);
+    assert.equal(offered(), 300);
+    clock.advance(INTERVAL_MS);
+    h5(2);
+    assert.equal(offered(), 400);
   });
 
   it('does not let a report older than the last applied replace newer usage', () => {

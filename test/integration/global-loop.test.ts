@@ -212,6 +212,22 @@ describe('global rate limiter across real processes', { timeout: 120_000 }, () =
       Math.abs(wouldDrop - expectedWouldDrop) <= 0.1 * expectedWouldDrop,
       `would-drop ${wouldDrop.toFixed(1)} rps, expected ${expectedWouldDrop.toFixed(1)} ±10%`,
     );
+
+    // Real reporters' windows end on their clock: a healthy fleet's reports are not taken for late
+    // ones. (A bound, not zero: a receiver stalled for an interval on a loaded machine may refuse
+    // the reports that waited through the stall.)
+    for (const [tier, processes] of [
+      ['aggregator', aggregators],
+      ['controller', [controller]],
+    ] as const) {
+      for (const p of processes) {
+        const series = await scrape(p.ops);
+        const reports = series.get(`spillway_${tier}_reports_total`) ?? 0;
+        const late = series.get(`spillway_${tier}_late_reports_total`) ?? Number.NaN;
+        t.diagnostic(`${p.name}: ${late} late of ${reports} reports`);
+        assert.ok(reports > 0 && late <= 0.05 * reports, `${p.name}: ${late} late of ${reports} reports`);
+      }
+    }
   });
 
   it('hosts keep serving when the controller is killed', async () => {
