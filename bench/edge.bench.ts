@@ -24,6 +24,7 @@
 // Run: node --import tsx --expose-gc bench/edge.bench.ts
 // Env: BENCH_ROUNDS (3), BENCH_DURATION_S (15), BENCH_MAX_DURATION_S (4), BENCH_WARMUP_S (3),
 //      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500),
+//      BENCH_PAIRED_RATE (per side in the paired proxy comparisons, default BENCH_RATE),
 //      BENCH_EXPRESS_PAIRED_RATE (per side in the paired Express comparisons, default BENCH_RATE / 2),
 //      BENCH_CASES (comma-separated case ids to run, e.g. proxy-bare,proxy-global; default all),
 //      BENCH_PIN (1: pin processes to CPUs, see CPU placement; default off),
@@ -56,6 +57,11 @@ const WARMUP_S = Number(process.env.BENCH_WARMUP_S ?? 3);
 const RATE = Number(process.env.BENCH_RATE ?? 1000);
 const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
 const OVER_LIMIT_RPS = Number(process.env.BENCH_OVER_LIMIT_RPS ?? 500);
+/**
+ * Per side in the paired proxy comparisons. Default BENCH_RATE: the pair then puts twice one case's
+ * load on the machine. BENCH_PAIRED_RATE=500 keeps the machine at the load of one case alone.
+ */
+const PAIRED_RATE = Number(process.env.BENCH_PAIRED_RATE ?? RATE);
 /**
  * Per side in the paired Express comparisons. Two Express processes at BENCH_RATE each, beside the
  * upstream and the generator, saturated a 2-CPU machine (p99 in seconds, 2026-11-30 17:23), so by
@@ -1092,7 +1098,7 @@ async function main(): Promise<void> {
     for (let round = 1; round <= ROUNDS; round++) {
       for (const [aId, bId] of pairs) {
         const urls = [byId.get(aId)!.url!, byId.get(bId)!.url!];
-        const rate = aId.startsWith('express') ? EXPRESS_PAIRED_RATE : RATE;
+        const rate = aId.startsWith('express') ? EXPRESS_PAIRED_RATE : PAIRED_RATE;
         const [a, b] = (await openLoop(urls, DURATION_S, rate, PAIRED_WARMUP_S)) as [LoadResult, LoadResult];
         paired.get(`${aId}|${bId}`)!.push({ a, b });
         process.stdout.write(
@@ -1250,6 +1256,8 @@ async function main(): Promise<void> {
       maxDurationSec: MAX_DURATION_S,
       warmupSec: WARMUP_S,
       rateRps: RATE,
+      pairedRateRps: PAIRED_RATE,
+      expressPairedRateRps: EXPRESS_PAIRED_RATE,
       connections: CONNECTIONS,
       overLimitRps: OVER_LIMIT_RPS,
     };
@@ -1354,7 +1362,7 @@ async function main(): Promise<void> {
       '## Targets',
       '',
       'From paired runs: one open-loop generator sends the two cases of a comparison their requests',
-      `interleaved at random in the same ${DURATION_S} s (each at ${n(RATE, 0)} req/s; the Express pairs at ${n(EXPRESS_PAIRED_RATE, 0)} req/s each, since two`,
+      `interleaved at random in the same ${DURATION_S} s (each at ${n(PAIRED_RATE, 0)} req/s; the Express pairs at ${n(EXPRESS_PAIRED_RATE, 0)} req/s each, since two`,
       'Express servers at the full rate saturate this machine), so a stall of the machine',
       '(this is a VM; its tail moves by milliseconds from run to run, see the table above) hits both sides',
       'of a ratio alike.',
