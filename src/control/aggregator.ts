@@ -16,12 +16,7 @@ import type { ControlClient, ReportContext, ReportHandler } from '../transport/c
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
-import {
-  DepartedArrivals,
-  fleetUsualOffsetMs,
-  isOlderThanLast,
-  type ReportArrivals,
-} from './report-arrivals.js';
+import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
@@ -348,18 +343,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     let host = hosts.get(key);
     const arrivals = host?.arrivals ?? departed.take(key);
     // A retry of a report already counted is a duplicate (below); news is judged by its age.
-    if (
-      !host?.sequences.has(request.sequence) &&
-      (isOlderThanLast(host, request) ||
-        arrivals.isLate(
-          nowMs - Number(request.windowEndMs),
-          // A sender gives up on a report after its deadline (half an interval by default) and
-          // carries its counts into the next one, maybe to another receiver: news no longer.
-          intervalMs,
-          intervalMs,
-          arrivals.usualOffsetMs === undefined ? fleetUsualOffsetMs(hosts.values()) : undefined,
-        ))
-    ) {
+    if (isOldNews(host, arrivals, request, nowMs, intervalMs, hosts.values())) {
       counters.reports++;
       counters.lateReports++;
       if (!host) departed.remember(key, arrivals);

@@ -22,12 +22,7 @@ import { type ControlLogger, silentLogger } from './control-logger.js';
 import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
-import {
-  DepartedArrivals,
-  fleetUsualOffsetMs,
-  isOlderThanLast,
-  type ReportArrivals,
-} from './report-arrivals.js';
+import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
@@ -399,18 +394,7 @@ export function createController(options: ControllerOptions): Controller {
     let child = children.get(key);
     const arrivals = child?.arrivals ?? departed.take(key);
     // A retry of a report already counted is a duplicate (below); news is judged by its age.
-    if (
-      !child?.sequences.has(request.sequence) &&
-      (isOlderThanLast(child, request) ||
-        arrivals.isLate(
-          nowMs - Number(request.windowEndMs),
-          // A sender gives up on a report after its deadline (half an interval by default) and
-          // carries its counts into the next one, maybe to another receiver: news no longer.
-          limits.config.intervalMs,
-          limits.config.intervalMs,
-          arrivals.usualOffsetMs === undefined ? fleetUsualOffsetMs(children.values()) : undefined,
-        ))
-    ) {
+    if (isOldNews(child, arrivals, request, nowMs, limits.config.intervalMs, children.values())) {
       counters.reports++;
       counters.lateReports++;
       if (!child) departed.remember(key, arrivals);

@@ -122,6 +122,42 @@ export class DepartedArrivals {
   }
 }
 
+/** What a receiver knows of a sender it has state for (a host at an aggregator, a child at the controller). */
+export interface ReportSender {
+  sequences: { has(sequence: bigint): boolean; readonly last: bigint };
+  lastWindowEndMs: bigint;
+  arrivals: ReportArrivals;
+}
+
+/**
+ * Whether a report is old news that a receiver must leave out of its sums: not a retry of one
+ * already counted (that is a duplicate, answered as before), and either older than the last one
+ * applied from its sender or late against the sender's usual arrival.
+ *
+ * `sender` is undefined when the receiver has no state for it (new, or expired: then `arrivals`
+ * comes from `DepartedArrivals`); `senders` are the others, whose median usual judges a first report.
+ * Remembers the report's arrival in `arrivals` either way.
+ */
+export function isOldNews(
+  sender: ReportSender | undefined,
+  arrivals: ReportArrivals,
+  report: { sequence: bigint; windowEndMs: bigint },
+  nowMs: number,
+  intervalMs: number,
+  senders: Iterable<{ arrivals: ReportArrivals }>,
+): boolean {
+  if (sender?.sequences.has(report.sequence)) return false;
+  if (isOlderThanLast(sender, report)) return true;
+  return arrivals.isLate(
+    nowMs - Number(report.windowEndMs),
+    // A sender gives up on a report after its deadline (half an interval by default) and carries
+    // its counts into the next one, maybe to another receiver: news no longer.
+    intervalMs,
+    intervalMs,
+    arrivals.usualOffsetMs === undefined ? fleetUsualOffsetMs(senders) : undefined,
+  );
+}
+
 /**
  * Whether `report` is older than the last one applied from its sender: a sequence a few behind and
  * an earlier window. A report held back on an old connection can arrive after a newer one sent on a

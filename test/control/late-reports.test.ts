@@ -90,7 +90,10 @@ describe('late reports at an aggregator', () => {
       intervalMs: INTERVAL_MS,
       jitterRatio: 0,
     });
-    /** A report from `id` sent `lateMs` ago (sender's clock skewed by SKEW_MS), arriving now. */
+    /**
+     * A report from `id` arriving now, its window ending `lateMs` before now on the sender's clock
+     * (skewed by SKEW_MS): sent that long ago, or from a clock that far behind the others.
+     */
     const report = (id: string, sequence: number, offered: number, lateMs = 0) =>
       call(
         aggregator.handleReport,
@@ -212,33 +215,13 @@ describe('late reports at an aggregator', () => {
     assert.equal(offered(), 200);
     assert.equal(aggregator.snapshot().counters.lateReports, 1);
     // h4 is new and on time, its clock a little off (300 ms): counted at once.
-    const h4 = (sequence: number) =>
-      call(
-        aggregator.handleReport,
-        hostReport({
-          id: 'h4',
-          sequence,
-          endMs: clock.nowMs() + SKEW_MS - 300,
-          buckets: [{ bucket: 'pay', offered: 100 }],
-        }),
-      );
-    h4(1);
+    report('h4', 1, 100, 300);
     assert.equal(offered(), 300);
     // h5's clock is 10 s behind the others: its first report looks late, its second sets its usual.
-    const h5 = (sequence: number) =>
-      call(
-        aggregator.handleReport,
-        hostReport({
-          id: 'h5',
-          sequence,
-          endMs: clock.nowMs() + SKEW_MS - 10_000,
-          buckets: [{ bucket: 'pay', offered: 100 }],
-        }),
-      );
-    h5(1);
+    report('h5', 1, 100, 10_000);
     assert.equal(offered(), 300);
     clock.advance(INTERVAL_MS);
-    h5(2);
+    report('h5', 2, 100, 10_000);
     assert.equal(offered(), 400);
   });
 
