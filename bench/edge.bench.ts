@@ -13,6 +13,8 @@
 //   express + RLF Redis        the same + rate-limiter-flexible RateLimiterRedis (`consume(req.ip)`)
 //   express + spillway global  the same + expressRateLimit over a GlobalLimiter reporting to the aggregator
 //   express + spillway Redis   the same + expressRateLimit over createRedisSlidingCounter
+//   express + fixed headers    the same + a middleware that only sets the two RateLimit fields the
+//                              global case sends (fixed strings): what any header-setting layer costs
 //   ... over the limit         a global bucket limited below the offered rate: 429s measured too
 //
 // Limits are far above the offered load (decision cost, not rejections) except in the last case.
@@ -85,6 +87,10 @@ const TARGET_PAIRS: [string, string][] = [
   ['proxy-split-free-twin', 'proxy-split-free'],
   ['proxy-split-limited', 'proxy-split-free'],
   ['express-spillway-global', 'express-bare'],
+  // The Express cost taken apart: a layer that only sets the same two response fields, against
+  // bare Express and against the global middleware (the decision and its reporting, all else equal).
+  ['express-headers', 'express-bare'],
+  ['express-spillway-global', 'express-headers'],
   ['proxy-global', 'proxy-redis'],
   ['proxy-global', 'proxy-redis-remote'],
   ['proxy-bare', 'proxy-redis-remote'],
@@ -100,7 +106,7 @@ const OPEN_LOOP_CONNECTIONS = 256;
 // ---------------------------------------------------------------------------------------------
 // Child roles
 
-type ExpressVariant = 'bare' | 'rlf-redis' | 'spillway-global' | 'spillway-redis';
+type ExpressVariant = 'bare' | 'headers' | 'rlf-redis' | 'spillway-global' | 'spillway-redis';
 
 /**
  * Express 5 in front of the upstream. The limiter (if any) runs as the first middleware; then the
@@ -194,6 +200,20 @@ async function runExpress(argv: string[]): Promise<void> {
     limiter.start();
     const bucket = String(values.bucket);
     app.use(expressRateLimit({ limiter, policy: { name: bucket, limit, windowSec: 1 }, key: () => bucket }));
+  } else if (variant === 'headers') {
+    // No limiter: the two fields the global case sends on every admitted request, as fixed strings.
+    // Any field set before the forward's writeHead(status, upstream headers) puts Node on its
+    // merging path (every upstream field through setHeader), so this is a cost of the fields, not
+    // of a decision.
+    const { formatRateLimit, formatRateLimitPolicy } = await import('../src/http/rate-limit-headers.js');
+    const bucket = String(values.bucket);
+    const policyField = formatRateLimitPolicy([{ name: bucket, limit, windowSec: 1 }]);
+    const rateLimitField = formatRateLimit([{ name: bucket, remaining: limit, resetSec: 0 }]);
+    app.use((_req, res, next) => {
+      res.setHeader('RateLimit-Policy', policyField);
+      res.setHeader('RateLimit', rateLimitField);
+      next();
+    });
   }
 
   const agent = new http.Agent({ keepAlive: true, maxSockets: UPSTREAM_SOCKETS });
@@ -981,6 +1001,12 @@ async function main(): Promise<void> {
       ['--variant', 'bare'],
     );
     await expressCase(
+      'express-headers',
+      'express + a layer setting the two RateLimit fields (no limiter)',
+      'loadgen → Express → res.setHeader × 2 (fixed strings) → forward → upstream',
+      ['--variant', 'headers'],
+    );
+    await expressCase(
       'express-spillway-global',
       'express + spillway global',
       'loadgen → Express → expressRateLimit(GlobalLimiter, decided in process) → forward → upstream',
@@ -1140,15 +1166,16 @@ async function main(): Promise<void> {
         stat,
       );
     };
-    const addedOver = (name: string, id: string, baseId: string, control = false) => {
+    /** `control`: an A/A pair; `context`: a decomposition, not a target. */
+    const addedOver = (name: string, id: string, baseId: string, kind?: 'control' | 'context') => {
       const r = pairedStat(id, baseId, (a, b) => a.latency2xx.p99Us / b.latency2xx.p99Us - 1);
       const pooled = pooledStat(id, baseId, 0.99, (a, b) => a / b - 1);
-      const judged = !control && pooled !== undefined;
+      const judged = kind === undefined && pooled !== undefined;
       ratios.push({
         name,
         ...r,
         pooled,
-        target: control ? '(control: ideally 0)' : '<= +5%',
+        target: kind === 'control' ? '(control: ideally 0)' : kind === 'context' ? '(context)' : '<= +5%',
         met: judged ? pooled.value <= 0.05 : undefined,
         metAtBound: judged ? pooled.high <= 0.05 : undefined,
       });
@@ -1181,14 +1208,14 @@ async function main(): Promise<void> {
       'A/A control: p99 of a second bare proxy over the bare proxy',
       'proxy-bare-twin',
       'proxy-bare',
-      true,
+      'control',
     );
     addedOver('p99 of proxy + global over the bare proxy', 'proxy-global', 'proxy-bare');
     addedOver(
       'A/A control, one process: p99 of a second path without a bucket over the first',
       'proxy-split-free-twin',
       'proxy-split-free',
-      true,
+      'control',
     );
     addedOver(
       'p99 of the global decision in one proxy process: path with the bucket over the path without',
@@ -1199,6 +1226,18 @@ async function main(): Promise<void> {
       'p99 of express + spillway global over bare express',
       'express-spillway-global',
       'express-bare',
+    );
+    addedOver(
+      'decomposition: p99 of express + a layer setting the two fields over bare express',
+      'express-headers',
+      'express-bare',
+      'context',
+    );
+    addedOver(
+      'decomposition: p99 of express + spillway global over express + the same two fields',
+      'express-spillway-global',
+      'express-headers',
+      'context',
     );
     // The most any in-process limiter could show here: the bare proxy decides nothing at all.
     lowerThan(
