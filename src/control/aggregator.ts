@@ -183,6 +183,8 @@ interface BucketEntry {
   admittedRps: number;
   wouldDropRps: number;
   hosts: number;
+  /** The oldest held epoch its counted hosts report (0n: none): forwarded as `held_epoch`. */
+  heldEpoch: bigint;
 }
 
 interface HostUsage {
@@ -192,6 +194,8 @@ interface HostUsage {
   wouldDropRps: number;
   /** Calls offered in the report's window: the sample the admitted share was measured on. */
   offeredCalls: number;
+  /** Epoch of the ratio the reporter's hosts apply (0n: none). */
+  heldEpoch: bigint;
   /**
    * The first forward whose sum counts this usage since the host (re)joined the bucket's sums (new
    * to this aggregator, new to the bucket, or back after the host grace). A directive from an
@@ -421,6 +425,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
             admittedRps: 0,
             wouldDropRps: 0,
             hosts: 0,
+            heldEpoch: 0n,
           };
           buckets.set(bucket.key, bucket);
         }
@@ -441,6 +446,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
           admittedRps: entry.admitted * perSecond,
           wouldDropRps: entry.wouldDrop * perSecond,
           offeredCalls: entry.offered,
+          heldEpoch: entry.heldEpoch,
           joinedForward,
         });
       }
@@ -520,6 +526,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       bucket.admittedRps = 0;
       bucket.wouldDropRps = 0;
       bucket.hosts = 0;
+      bucket.heldEpoch = 0n;
     }
     const grace = hostGraceMs();
     const caps = reporterCap ? reporterCaps(reporterCap, nowMs) : undefined;
@@ -542,6 +549,10 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         bucket.admittedRps += usage.admittedRps * scale;
         bucket.wouldDropRps += usage.wouldDropRps * scale;
         bucket.hosts++;
+        // The oldest: one host still on an earlier controller's ratio is enough to guard it.
+        if (usage.heldEpoch !== 0n && (bucket.heldEpoch === 0n || usage.heldEpoch < bucket.heldEpoch)) {
+          bucket.heldEpoch = usage.heldEpoch;
+        }
       }
     }
     const idleSinceMs = nowMs - hostExpiryMs();
@@ -594,6 +605,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
           offered,
           admitted,
           wouldDrop: Math.min(bucket.wouldDropRps * windowSec, admitted),
+          heldEpoch: bucket.heldEpoch,
         }),
       );
     }

@@ -191,8 +191,9 @@ interface BucketState {
    */
   emptied: boolean;
   /**
-   * Set by the first report that brings an emptied bucket back, childExpiryMs on (a child not back
-   * by then would have expired anyway): until then its sums hold only the children back so far,
+   * Set by the first report that brings an emptied bucket back, or that brings a bucket whose hosts
+   * hold an earlier controller's ratio (after a restart), childExpiryMs on (a child not back by
+   * then would have expired anyway): until then its sums hold only the children back so far,
    * and its ratios are sent only where they do not loosen what a child's hosts apply (`loosensChild`).
    */
   regatherUntilMs: number;
@@ -451,6 +452,14 @@ export function createController(options: ControllerOptions): Controller {
         if (!bucket) {
           bucket = addBucket(entry.bucket);
           if (!bucket) continue;
+          // Its hosts apply a ratio from an earlier controller: this one has just started (or
+          // forgot the bucket). Its sums hold only the children back so far, and a tick may fall
+          // before the rest are back (one zone's aggregator still cut off), so its ratios loosen
+          // no child's hosts until every child could have reported. A bucket whose hosts hold no
+          // ratio (a cold start, a new bucket) or this controller's is not held back.
+          if (entry.heldEpoch !== 0n && entry.heldEpoch < epochBig) {
+            bucket.regatherUntilMs = nowMs + childExpiryMs;
+          }
         }
         bucket.lastReportedMs = nowMs;
         if (bucket.emptied) {

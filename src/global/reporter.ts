@@ -276,6 +276,7 @@ export class Reporter {
           offered: bucket.pendingOffered,
           admitted: bucket.pendingAdmitted,
           wouldDrop: bucket.pendingWouldDrop,
+          heldEpoch: bucket.hasDirective ? bucket.epoch : 0n,
         }),
       );
     }

@@ -204,6 +204,7 @@ function decodeBucketUsage(reader: Reader, end: number): ReportRequest['buckets'
     offered: 0,
     admitted: 0,
     wouldDrop: 0,
+    heldEpoch: 0n,
   };
   while (reader.pos < end) {
     const tag = reader.varint();
@@ -213,6 +214,7 @@ function decodeBucketUsage(reader: Reader, end: number): ReportRequest['buckets'
     else if (field === 2 && wireType === 1) usage.offered = reader.double();
     else if (field === 3 && wireType === 1) usage.admitted = reader.double();
     else if (field === 4 && wireType === 1) usage.wouldDrop = reader.double();
+    else if (field === 5 && wireType === 0) usage.heldEpoch = reader.varint64(false);
     else reader.skip(wireType);
   }
   if (reader.pos !== end) throw malformed('bucket usage overruns its length');

@@ -172,4 +172,56 @@ describe('controller: recompute on report', () => {
     forward('agg-2', 200, 200);
     assert.equal(forward('agg-1', 100, 0)!.offeredRps, 400, 'after a tick every child gets the full sum');
   });
+
+  it('keeps that guard past the tick while hosts apply an earlier controller’s ratio, for a child expiry', () => {
+    const { clock, controller } = setup();
+    const epoch = BigInt(controller.epoch);
+    let sequence = 0;
+    const forward = (id: string, offered: number, admitted: number, heldEpoch: bigint) =>
+      call(
+        controller.handleReport,
+        hostReport({
+          id,
+          sequence: ++sequence,
+          endMs: clock.nowMs(),
+          buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
+        }),
+      ).directives.find((d) => d.bucket === 'pay');
+    // agg-1's hosts apply 0.5 from the controller before this one; agg-2 cannot reach this one yet.
+    assert.equal(forward('agg-1', 100, 50, epoch - 60_000n), undefined);
+    clock.advance(1000);
+    controller.tick(); // sums agg-1 alone: 100 rps against 100, a ratio of 0
+    assert.equal(forward('agg-1', 100, 50, epoch - 60_000n), undefined, 'still withheld after the tick');
+    clock.advance(1000);
+    controller.tick();
+    assert.equal(forward('agg-1', 100, 50, epoch - 60_000n), undefined, 'and after the second');
+    // A child expiry after the first report, agg-2 would have expired under the old controller:
+    // the sums are whatever came back, and their ratio goes out.
+    clock.advance(1001);
+    assert.equal(forward('agg-1', 100, 50, epoch - 60_000n)?.dropRatio, 0);
+  });
+
+  it('does not hold back hosts on this controller’s own ratio, or on none (a cold start)', () => {
+    for (const held of ['own', 'none'] as const) {
+      const { clock, controller } = setup();
+      const heldEpoch = held === 'own' ? BigInt(controller.epoch) : 0n;
+      let sequence = 0;
+      const forward = (offered: number, admitted: number) =>
+        call(
+          controller.handleReport,
+          hostReport({
+            id: 'agg-1',
+            sequence: ++sequence,
+            endMs: clock.nowMs(),
+            buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
+          }),
+        ).directives.find((d) => d.bucket === 'pay');
+      // A first spike, 400 rps against 100: 0.75, which the hosts then apply.
+      assert.equal(forward(400, 400)!.dropRatio, 0.75, held);
+      clock.advance(1000);
+      controller.tick();
+      // The spike is over (160 rps, 25% admitted under 0.75): 0.375 is looser, and goes out at once.
+      assert.equal(forward(160, 40)!.dropRatio, 0.375, held);
+    }
+  });
 });

@@ -47,7 +47,8 @@ function buildFleet(hosts: readonly HostSpec[]) {
     const aggregator = createAggregator({
       id: `agg-${zone}`,
       zone,
-      parents: [network.connect('controller', { from: `agg-${zone}` })],
+      // Its own name upward, so a test can cut the aggregator off from the controller alone.
+      parents: [network.connect('controller', { from: `agg-${zone}-uplink` })],
       intervalMs: INTERVAL_MS,
       scheduler: clock,
       random: seededRandom(zone.charCodeAt(0)),
@@ -153,6 +154,42 @@ describe('controller restart in virtual time', () => {
       return fleet.buckets().every((b) => b.epoch === epoch) && highestAdmitted > 0;
     });
     assert.ok(recoveredMs !== undefined, 'every host on the new epoch');
+    assert.ok(lowest >= 0.45, `no host loosened past its held ratio: lowest ${lowest}`);
+    assert.ok(highestAdmitted <= 1.05 * LIMIT_RPS, `admitted at most ${highestAdmitted.toFixed(0)} rps`);
+    await fleet.stop();
+  });
+
+  it('a zone cut off from the new controller: the zones back first keep the ratio they hold until it returns', async () => {
+    // The first tick after the restart sums zones a and b only (c's aggregator cannot reach the new
+    // controller): 400 rps against 300 is a ratio of 0.25, looser than the 0.5 every host holds
+    // from the old controller. Sent, a and b would admit 150 + 150 and c, still on 0.5, 100: 400.
+    const fleet = buildFleet([
+      { zone: 'a', rps: 200 },
+      { zone: 'b', rps: 200 },
+      { zone: 'c', rps: 200 },
+    ]);
+    await fleet.run(6_000);
+    fleet.kill();
+    await fleet.run(500); // well within the TTL (4 s): held ratios stay in force throughout
+    fleet.network.partition('agg-c-uplink', true);
+    const epoch = fleet.restart('ctl-2').epoch;
+    let lowest = Number.POSITIVE_INFINITY;
+    let highestAdmitted = 0;
+    const watch = () => {
+      for (const b of fleet.buckets()) lowest = Math.min(lowest, b.effectiveRatio);
+      highestAdmitted = Math.max(highestAdmitted, fleet.impliedAdmittedRps());
+    };
+    await fleet.run(2_000, () => {
+      watch();
+      return false;
+    });
+    assert.ok(fleet.controller.snapshot().counters.reports > 0, 'zones a and b reached the new controller');
+    fleet.network.partition('agg-c-uplink', false);
+    const recoveredMs = await fleet.run(10 * INTERVAL_MS, () => {
+      watch();
+      return fleet.buckets().every((b) => b.epoch === epoch && Math.abs(b.effectiveRatio - 0.5) < 0.05);
+    });
+    assert.ok(recoveredMs !== undefined, 'every host on the new epoch at the steady ratio');
     assert.ok(lowest >= 0.45, `no host loosened past its held ratio: lowest ${lowest}`);
     assert.ok(highestAdmitted <= 1.05 * LIMIT_RPS, `admitted at most ${highestAdmitted.toFixed(0)} rps`);
     await fleet.stop();

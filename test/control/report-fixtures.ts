@@ -14,6 +14,8 @@ export interface UsageSpec {
   offered: number;
   admitted?: number;
   wouldDrop?: number;
+  /** Epoch of the ratio the reporter's hosts apply (default 0n: none). */
+  heldEpoch?: bigint;
 }
 
 export function hostReport(options: {
@@ -40,6 +42,7 @@ export function hostReport(options: {
       offered: b.offered,
       admitted: b.admitted ?? b.offered,
       wouldDrop: b.wouldDrop ?? 0,
+      heldEpoch: b.heldEpoch ?? 0n,
     })),
   });
 }

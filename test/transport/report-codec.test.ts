@@ -34,9 +34,12 @@ const requestArb = fc.record({
   windowEndMs: int64,
   hostCount: fc.nat({ max: 2 ** 32 - 1 }),
   authToken: text,
-  buckets: fc.array(fc.record({ bucket: text, offered: double, admitted: double, wouldDrop: double }), {
-    maxLength: 8,
-  }),
+  buckets: fc.array(
+    fc.record({ bucket: text, offered: double, admitted: double, wouldDrop: double, heldEpoch: uint64 }),
+    {
+      maxLength: 8,
+    },
+  ),
 });
 
 const responseArb = fc.record({
