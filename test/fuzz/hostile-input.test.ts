@@ -47,7 +47,11 @@ const mutatedReport = fc
       windowStartMs: start,
       windowEndMs: start + windowMs,
       ...fields,
-      buckets: fields.buckets.map((b) => ({ $typeName: 'spillway.v1.BucketUsage' as const, heldEpoch: 0n, ...b })),
+      buckets: fields.buckets.map((b) => ({
+        $typeName: 'spillway.v1.BucketUsage' as const,
+        heldEpoch: 0n,
+        ...b,
+      })),
     });
     for (const [at, value] of flips) if (bytes.length > 0) bytes[at % bytes.length] = value;
     return cut % 4 === 0 ? bytes.subarray(0, cut % (bytes.length + 1)) : bytes;
