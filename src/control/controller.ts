@@ -191,12 +191,18 @@ interface BucketState {
    */
   emptied: boolean;
   /**
-   * Set by the first report that brings an emptied bucket back, or that brings a bucket whose hosts
-   * hold an earlier controller's ratio (after a restart), childExpiryMs on (a child not back by
-   * then would have expired anyway): until then its sums hold only the children back so far,
+   * Set by the first report that brings an emptied bucket back, childExpiryMs on (a child not back
+   * by then would have expired anyway): until then its sums hold only the children back so far,
    * and its ratios are sent only where they do not loosen what a child's hosts apply (`loosensChild`).
    */
   regatherUntilMs: number;
+  /**
+   * Set by the first report of a bucket whose hosts apply an earlier controller's ratio (this one
+   * has just started), childExpiryMs on: until then a child whose hosts are still on that earlier
+   * ratio (`ChildUsage.heldEpoch`) gets no ratio that loosens theirs (`loosensChild`). Once its
+   * hosts apply this controller's ratio, it gets every ratio, looser ones included.
+   */
+  earlierEpochUntilMs: number;
   lastReportedMs: number;
   /** Global scope: the one group. Zone scope: the all-zone totals (never sent). */
   total: Group;
@@ -208,6 +214,8 @@ interface ChildUsage {
   offeredRps: number;
   admittedRps: number;
   wouldDropRps: number;
+  /** Epoch of the ratio the child's hosts apply (the oldest, from an aggregator); 0n: none. */
+  heldEpoch: bigint;
   /** The group this usage is summed into (undefined: not counted yet) and the cap scale it got. */
   countedIn: Group | undefined;
   countedScale: number;
@@ -342,6 +350,7 @@ export function createController(options: ControllerOptions): Controller {
       awaitingTick: false,
       emptied: false,
       regatherUntilMs: Number.NEGATIVE_INFINITY,
+      earlierEpochUntilMs: Number.NEGATIVE_INFINITY,
       lastReportedMs: 0,
       total: newGroup(resolved),
       zones: resolved.scope === 'zone' ? new Map() : undefined,
@@ -458,7 +467,7 @@ export function createController(options: ControllerOptions): Controller {
           // no child's hosts until every child could have reported. A bucket whose hosts hold no
           // ratio (a cold start, a new bucket) or this controller's is not held back.
           if (entry.heldEpoch !== 0n && entry.heldEpoch < epochBig) {
-            bucket.regatherUntilMs = nowMs + childExpiryMs;
+            bucket.earlierEpochUntilMs = nowMs + childExpiryMs;
           }
         }
         bucket.lastReportedMs = nowMs;
@@ -471,6 +480,7 @@ export function createController(options: ControllerOptions): Controller {
           offeredRps: entry.offered * perSecond,
           admittedRps: entry.admitted * perSecond,
           wouldDropRps: entry.wouldDrop * perSecond,
+          heldEpoch: entry.heldEpoch,
           countedIn: undefined,
           countedScale: 1,
         });
@@ -493,7 +503,11 @@ export function createController(options: ControllerOptions): Controller {
       if (bucket.removed) continue;
       const group = bucket.zones ? bucket.zones.get(child.zone) : bucket.total;
       if (!group?.computed) continue;
-      if ((group.partial || nowMs < bucket.regatherUntilMs) && loosensChild(group, usage)) continue;
+      const onEarlierEpoch =
+        nowMs < bucket.earlierEpochUntilMs && usage.heldEpoch !== 0n && usage.heldEpoch < epochBig;
+      if ((group.partial || onEarlierEpoch || nowMs < bucket.regatherUntilMs) && loosensChild(group, usage)) {
+        continue;
+      }
       group.directive ??= create(DirectiveSchema, {
         bucket: bucket.key,
         dropRatio: group.dropRatio,

@@ -224,4 +224,26 @@ describe('controller: recompute on report', () => {
       assert.equal(forward(160, 40)!.dropRatio, 0.375, held);
     }
   });
+
+  it('stops guarding a child once its hosts apply this controller’s ratio, within the child expiry', () => {
+    const { clock, controller } = setup();
+    const epoch = BigInt(controller.epoch);
+    let sequence = 0;
+    const forward = (offered: number, admitted: number, heldEpoch: bigint) =>
+      call(
+        controller.handleReport,
+        hostReport({
+          id: 'agg-1',
+          sequence: ++sequence,
+          endMs: clock.nowMs(),
+          buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
+        }),
+      ).directives.find((d) => d.bucket === 'pay');
+    // Hosts on the earlier controller's 0.5 meet a spike: 400 rps, 0.75, tighter: sent.
+    assert.equal(forward(400, 200, epoch - 60_000n)!.dropRatio, 0.75);
+    clock.advance(1000);
+    controller.tick();
+    // They now apply this controller's 0.75 and the spike is over (160 rps): 0.375 goes out at once.
+    assert.equal(forward(160, 40, epoch)!.dropRatio, 0.375);
+  });
 });
