@@ -31,7 +31,18 @@ function setup(ratioPolicy?: RatioPolicySpec, options: { reporterCap?: ReporterC
       controller.handleReport,
       hostReport({ id, sequence: ++sequence, endMs: clock.nowMs(), zone, buckets: [{ bucket, offered }] }),
     ).directives.find((d) => d.bucket === bucket);
-  return { clock, controller, config, report };
+  /** An aggregator's forward of 'pay': what its hosts offered and admitted, and the epoch they apply. */
+  const forward = (id: string, offered: number, admitted: number, heldEpoch = 0n) =>
+    call(
+      controller.handleReport,
+      hostReport({
+        id,
+        sequence: ++sequence,
+        endMs: clock.nowMs(),
+        buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
+      }),
+    ).directives.find((d) => d.bucket === 'pay');
+  return { clock, controller, config, report, forward };
 }
 
 describe('controller: recompute on report', () => {
@@ -147,18 +158,7 @@ describe('controller: recompute on report', () => {
   });
 
   it('leaves out a partial ratio that would let a child admit more than it does now, until the tick', () => {
-    const { clock, controller } = setup();
-    let sequence = 0;
-    const forward = (id: string, offered: number, admitted: number) =>
-      call(
-        controller.handleReport,
-        hostReport({
-          id,
-          sequence: ++sequence,
-          endMs: clock.nowMs(),
-          buckets: [{ bucket: 'pay', offered, admitted }],
-        }),
-      ).directives.find((d) => d.bucket === 'pay');
+    const { clock, controller, forward } = setup();
     // A restarted controller. agg-1's hosts still apply 0.5 (their held ratio); its forward alone
     // (100 rps against a limit of 100) would say 0: withheld.
     assert.equal(forward('agg-1', 100, 50), undefined);
@@ -174,19 +174,8 @@ describe('controller: recompute on report', () => {
   });
 
   it('keeps that guard past the tick while hosts apply an earlier controller’s ratio, for a child expiry', () => {
-    const { clock, controller } = setup();
+    const { clock, controller, forward } = setup();
     const epoch = BigInt(controller.epoch);
-    let sequence = 0;
-    const forward = (id: string, offered: number, admitted: number, heldEpoch: bigint) =>
-      call(
-        controller.handleReport,
-        hostReport({
-          id,
-          sequence: ++sequence,
-          endMs: clock.nowMs(),
-          buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
-        }),
-      ).directives.find((d) => d.bucket === 'pay');
     // agg-1's hosts apply 0.5 from the controller before this one; agg-2 cannot reach this one yet.
     assert.equal(forward('agg-1', 100, 50, epoch - 60_000n), undefined);
     clock.advance(1000);
@@ -203,47 +192,25 @@ describe('controller: recompute on report', () => {
 
   it('does not hold back hosts on this controller’s own ratio, or on none (a cold start)', () => {
     for (const held of ['own', 'none'] as const) {
-      const { clock, controller } = setup();
+      const { clock, controller, forward } = setup();
       const heldEpoch = held === 'own' ? BigInt(controller.epoch) : 0n;
-      let sequence = 0;
-      const forward = (offered: number, admitted: number) =>
-        call(
-          controller.handleReport,
-          hostReport({
-            id: 'agg-1',
-            sequence: ++sequence,
-            endMs: clock.nowMs(),
-            buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
-          }),
-        ).directives.find((d) => d.bucket === 'pay');
       // A first spike, 400 rps against 100: 0.75, which the hosts then apply.
-      assert.equal(forward(400, 400)!.dropRatio, 0.75, held);
+      assert.equal(forward('agg-1', 400, 400, heldEpoch)!.dropRatio, 0.75, held);
       clock.advance(1000);
       controller.tick();
       // The spike is over (160 rps, 25% admitted under 0.75): 0.375 is looser, and goes out at once.
-      assert.equal(forward(160, 40)!.dropRatio, 0.375, held);
+      assert.equal(forward('agg-1', 160, 40, heldEpoch)!.dropRatio, 0.375, held);
     }
   });
 
   it('stops guarding a child once its hosts apply this controller’s ratio, within the child expiry', () => {
-    const { clock, controller } = setup();
+    const { clock, controller, forward } = setup();
     const epoch = BigInt(controller.epoch);
-    let sequence = 0;
-    const forward = (offered: number, admitted: number, heldEpoch: bigint) =>
-      call(
-        controller.handleReport,
-        hostReport({
-          id: 'agg-1',
-          sequence: ++sequence,
-          endMs: clock.nowMs(),
-          buckets: [{ bucket: 'pay', offered, admitted, heldEpoch }],
-        }),
-      ).directives.find((d) => d.bucket === 'pay');
     // Hosts on the earlier controller's 0.5 meet a spike: 400 rps, 0.75, tighter: sent.
-    assert.equal(forward(400, 200, epoch - 60_000n)!.dropRatio, 0.75);
+    assert.equal(forward('agg-1', 400, 200, epoch - 60_000n)!.dropRatio, 0.75);
     clock.advance(1000);
     controller.tick();
     // They now apply this controller's 0.75 and the spike is over (160 rps): 0.375 goes out at once.
-    assert.equal(forward(160, 40, epoch)!.dropRatio, 0.375);
+    assert.equal(forward('agg-1', 160, 40, epoch)!.dropRatio, 0.375);
   });
 });
