@@ -44,10 +44,13 @@ import { readListening } from '../test/integration/spillway-process.js';
 import { cpuSeconds, proxyBucket, proxyRules, runOkUpstream, UPSTREAM_SOCKETS } from './http-probes.js';
 import {
   histogramOf,
+  median,
+  medianShiftPValue,
   type PooledComparison,
   pooledComparison,
   type SparseHistogram,
 } from './paired-stats.js';
+import { unpairedTargetsSection } from './unpaired-targets.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -91,6 +94,8 @@ const TARGET_PAIRS: [string, string][] = [
   // bare Express and against the global middleware (the decision and its reporting, all else equal).
   ['express-headers', 'express-bare'],
   ['express-spillway-global', 'express-headers'],
+  // The same in one Express process: the decided path against the path with fixed fields.
+  ['express-split-limited', 'express-split-headers'],
   ['proxy-global', 'proxy-redis'],
   ['proxy-global', 'proxy-redis-remote'],
   ['proxy-bare', 'proxy-redis-remote'],
@@ -106,7 +111,7 @@ const OPEN_LOOP_CONNECTIONS = 256;
 // ---------------------------------------------------------------------------------------------
 // Child roles
 
-type ExpressVariant = 'bare' | 'headers' | 'rlf-redis' | 'spillway-global' | 'spillway-redis';
+type ExpressVariant = 'bare' | 'headers' | 'rlf-redis' | 'spillway-global' | 'spillway-redis' | 'split';
 
 /**
  * Express 5 in front of the upstream. The limiter (if any) runs as the first middleware; then the
@@ -184,7 +189,7 @@ async function runExpress(argv: string[]): Promise<void> {
         }),
       );
     }
-  } else if (variant === 'spillway-global') {
+  } else if (variant === 'spillway-global' || variant === 'split') {
     const { createGlobalLimiter } = await import('../src/global/index.js');
     const { createWorkerControlClient } = await import('../src/transport/index.js');
     const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
@@ -199,7 +204,28 @@ async function runExpress(argv: string[]): Promise<void> {
     });
     limiter.start();
     const bucket = String(values.bucket);
-    app.use(expressRateLimit({ limiter, policy: { name: bucket, limit, windowSec: 1 }, key: () => bucket }));
+    const middleware = expressRateLimit({
+      limiter,
+      policy: { name: bucket, limit, windowSec: 1 },
+      key: () => bucket,
+    });
+    if (variant === 'split') {
+      // One process, two paths: /limited/ is decided by the middleware, /free/ gets the same two
+      // fields as fixed strings. Paired, both paths share the process's scheduling, JIT, heap,
+      // collections and the limiter's reporting, so their difference is the decision and its
+      // header formatting alone (as proxy-split does for the proxy).
+      const { formatRateLimit, formatRateLimitPolicy } = await import('../src/http/rate-limit-headers.js');
+      const policyField = formatRateLimitPolicy([{ name: bucket, limit, windowSec: 1 }]);
+      const rateLimitField = formatRateLimit([{ name: bucket, remaining: limit, resetSec: 0 }]);
+      app.use('/limited', middleware);
+      app.use('/free', (_req, res, next) => {
+        res.setHeader('RateLimit-Policy', policyField);
+        res.setHeader('RateLimit', rateLimitField);
+        next();
+      });
+    } else {
+      app.use(middleware);
+    }
   } else if (variant === 'headers') {
     // No limiter: the two fields the global case sends on every admitted request, as fixed strings.
     // Any field set before the forward's writeHead(status, upstream headers) puts Node on its
@@ -612,13 +638,6 @@ function benchEnv(): string {
     .join('');
 }
 
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  if (sorted.length === 0) return Number.NaN;
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
-}
-
 function limitsYaml(): string {
   return [
     'version: 1',
@@ -632,6 +651,36 @@ function limitsYaml(): string {
     '    mode: enforce',
     '',
   ].join('\n');
+}
+
+/**
+ * CPU per request is measured once per round and case, in unpaired runs: for each compared pair,
+ * the medians, each side's range over rounds, and how often chance alone would put the first side
+ * this far above the second (a permutation test over the rounds' values), so a difference of a few
+ * percent between medians is not read as a cost when the rounds scatter more than that.
+ */
+function cpuComparisonLines(
+  pairs: readonly [string, string][],
+  rows: readonly { id: string; label: string; rounds: readonly { fixedCpuUsPerRequest: number }[] }[],
+): string[] {
+  const byId = new Map(rows.map((r) => [r.id, r]));
+  const us = (v: number) => Math.round(v).toLocaleString('en-US');
+  const lines: string[] = [];
+  for (const [aId, bId] of pairs) {
+    const a = byId.get(aId)?.rounds.map((r) => r.fixedCpuUsPerRequest) ?? [];
+    const b = byId.get(bId)?.rounds.map((r) => r.fixedCpuUsPerRequest) ?? [];
+    if (a.length < 2 || b.length < 2) continue;
+    lines.push(
+      `- ${byId.get(aId)!.label} against ${byId.get(bId)!.label}: ${us(median(a))} against ${us(median(b))} µs (rounds ${us(Math.min(...a))}–${us(Math.max(...a))} and ${us(Math.min(...b))}–${us(Math.max(...b))}); p = ${medianShiftPValue(a, b).toFixed(2)} that chance alone puts the first this far above.`,
+    );
+  }
+  if (lines.length === 0) return [];
+  return [
+    "CPU µs/req of the compared cases, median over rounds, with a one-sided permutation test over the rounds' values:",
+    '',
+    ...lines,
+    '',
+  ];
 }
 
 function proxyHttpAddress(listening: Record<string, unknown>): string {
@@ -829,6 +878,11 @@ async function main(): Promise<void> {
     );
     const aggregatorAddress = String(aggregator.listening.grpc);
 
+    // BENCH_CASES: processes serving none of the selected cases are not started (idle, a global
+    // backend still reports every second: CPU taken from the cases measured).
+    const only = process.env.BENCH_CASES?.split(',').filter((id) => id.length > 0);
+    const notSelected = (routes: readonly { id: string }[]) =>
+      only !== undefined && !routes.some((r) => only.includes(r.id));
     const cases: Case[] = [
       {
         id: 'upstream',
@@ -844,6 +898,10 @@ async function main(): Promise<void> {
     type Route = { id: string; label: string; path: string; urlPath: string };
     /** One proxy process serving `routes`, each a case; `name` names its process and rules file. */
     const proxyProcessCases = async (name: string, rules: string, routes: Route[], overLimit = false) => {
+      if (notSelected(routes)) {
+        for (const r of routes) cases.push({ ...r, overLimit });
+        return;
+      }
       if (!proxyReady) {
         for (const r of routes) cases.push({ ...r, missing: 'src/cli/proxy.ts not in this tree', overLimit });
         return;
@@ -967,7 +1025,14 @@ async function main(): Promise<void> {
       path: string,
       args: string[],
       overLimit = false,
+      routes: { id: string; label: string; path: string; urlPath: string }[] = [
+        { id, label, path, urlPath: '/' },
+      ],
     ) => {
+      if (notSelected(routes)) {
+        for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, overLimit });
+        return;
+      }
       const server = await startProcess(
         id,
         [
@@ -985,14 +1050,16 @@ async function main(): Promise<void> {
         ],
         { cpus: CASE_CPUS },
       );
-      cases.push({
-        id,
-        label,
-        path,
-        url: `http://${String(server.listening.http)}/`,
-        overLimit,
-        pid: server.child.pid,
-      });
+      for (const r of routes) {
+        cases.push({
+          id: r.id,
+          label: r.label,
+          path: r.path,
+          url: `http://${String(server.listening.http)}${r.urlPath}`,
+          overLimit,
+          pid: server.child.pid,
+        });
+      }
     };
     await expressCase(
       'express-bare',
@@ -1012,6 +1079,20 @@ async function main(): Promise<void> {
       'loadgen → Express → expressRateLimit(GlobalLimiter, decided in process) → forward → upstream',
       ['--variant', 'spillway-global'],
     );
+    await expressCase('express-split', 'express split', '', ['--variant', 'split'], false, [
+      {
+        id: 'express-split-limited',
+        label: 'express + spillway global, one process: path with the middleware',
+        path: 'loadgen → Express (/limited: expressRateLimit over the GlobalLimiter) → forward → upstream',
+        urlPath: '/limited/',
+      },
+      {
+        id: 'express-split-headers',
+        label: 'express + spillway global, one process: path with the two fields as fixed strings',
+        path: 'loadgen → the same Express process (/free: res.setHeader × 2, no decision) → forward → upstream',
+        urlPath: '/free/',
+      },
+    ]);
     await expressCase(
       'express-spillway-redis',
       'express + spillway Redis sliding window',
@@ -1048,7 +1129,6 @@ async function main(): Promise<void> {
       );
     }
 
-    const only = process.env.BENCH_CASES?.split(',').filter((id) => id.length > 0);
     const runnable = cases.filter((c) => c.url !== undefined && (only === undefined || only.includes(c.id)));
     const rounds = new Map<string, CaseRound[]>(runnable.map((c) => [c.id, []]));
     for (let round = 1; round <= ROUNDS; round++) {
@@ -1239,6 +1319,11 @@ async function main(): Promise<void> {
       'express-headers',
       'context',
     );
+    addedOver(
+      'p99 of the Express middleware in one process: path with the middleware over the path with fixed fields',
+      'express-split-limited',
+      'express-split-headers',
+    );
     // The most any in-process limiter could show here: the bare proxy decides nothing at all.
     lowerThan(
       `p99.9 of the bare proxy vs proxy + Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
@@ -1380,6 +1465,7 @@ async function main(): Promise<void> {
       'late the open-loop generator sent its requests against their scheduled arrival: a health check of the',
       'measurement (a starved generator sends bursts); it is not part of the latency columns.',
       '',
+      ...cpuComparisonLines(pairs, rows),
       'Latency columns are for 2xx responses. Over the limit, the 429s:',
       '',
       ...rows
@@ -1444,6 +1530,7 @@ async function main(): Promise<void> {
         return `| ${r.name} | ${show(r.pooled?.value)} | ${show(r.pooled?.low)} … ${show(r.pooled?.high)} | ${show(r.value)} | ${show(r.low)} … ${show(r.high)} | ${r.target} | ${verdict(r.met)} | ${verdict(r.metAtBound)} |`;
       }),
       '',
+      ...unpairedTargetsSection(rows, ROUNDS),
       'Paired runs, per round (first case vs second):',
       '',
       '| pair | round | p50 ms | p99 ms | p99.9 ms |',

@@ -97,3 +97,38 @@ export function pooledComparison(
   const at = (p: number) => draws[Math.min(draws.length - 1, Math.floor(p * draws.length))]!;
   return { value, low: at(0.05), high: at(0.95), resamples };
 }
+
+/**
+ * For a figure measured once per round and per case (CPU per request), which has no samples to
+ * pool: how often a random relabelling of the two sides' round values gives a difference of medians
+ * (a − b) at least the observed one. A one-sided permutation p-value for "a costs more than b";
+ * the cases ran in separate (unpaired) runs, so rounds are exchangeable between the two sides.
+ */
+export function medianShiftPValue(
+  a: readonly number[],
+  b: readonly number[],
+  { relabellings = 20_000, seed = 7 }: { relabellings?: number; seed?: number } = {},
+): number {
+  if (a.length === 0 || b.length === 0) return Number.NaN;
+  const observed = median(a) - median(b);
+  const pool = [...a, ...b];
+  const random = seededRandom(seed);
+  let atLeast = 0;
+  for (let i = 0; i < relabellings; i++) {
+    // Fisher–Yates on the first a.length positions is enough to draw side a.
+    for (let j = 0; j < a.length; j++) {
+      const k = j + Math.floor(random() * (pool.length - j));
+      [pool[j], pool[k]] = [pool[k]!, pool[j]!];
+    }
+    if (median(pool.slice(0, a.length)) - median(pool.slice(a.length)) >= observed) atLeast++;
+  }
+  return atLeast / relabellings;
+}
+
+/** The median; NaN for no values. */
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN;
+  const sorted = [...values].sort((x, y) => x - y);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
+}

@@ -158,7 +158,7 @@ describe('controller: recompute on report', () => {
   });
 
   it('leaves out a partial ratio that would let a child admit more than it does now, until the tick', () => {
-    const { clock, controller, forward } = setup();
+    const { controller, forward } = setup();
     // A restarted controller. agg-1's hosts still apply 0.5 (their held ratio); its forward alone
     // (100 rps against a limit of 100) would say 0: withheld.
     assert.equal(forward('agg-1', 100, 50), undefined);
