@@ -96,6 +96,9 @@ const TARGET_PAIRS: [string, string][] = [
   ['express-spillway-global', 'express-headers'],
   // The same in one Express process: the decided path against the path with fixed fields.
   ['express-split-limited', 'express-split-headers'],
+  // The fixed-field path of that process against a process without a limiter: the same work per
+  // request, so the difference is the limiter's presence (its reports, its worker thread).
+  ['express-split-headers', 'express-headers'],
   ['proxy-global', 'proxy-redis'],
   ['proxy-global', 'proxy-redis-remote'],
   ['proxy-bare', 'proxy-redis-remote'],
@@ -1323,6 +1326,12 @@ async function main(): Promise<void> {
       'p99 of the Express middleware in one process: path with the middleware over the path with fixed fields',
       'express-split-limited',
       'express-split-headers',
+    );
+    addedOver(
+      'presence: p99 of fixed fields in an Express process with a global limiter over one without',
+      'express-split-headers',
+      'express-headers',
+      'context',
     );
     // The most any in-process limiter could show here: the bare proxy decides nothing at all.
     lowerThan(
