@@ -15,6 +15,10 @@
 //   express + spillway Redis   the same + expressRateLimit over createRedisSlidingCounter
 //   express + fixed headers    the same + a middleware that only sets the two RateLimit fields the
 //                              global case sends (fixed strings): what any header-setting layer costs
+//   express split              one Express process with a global limiter: /limited/ through
+//                              expressRateLimit, /free/ through the fixed-field layer (the decision
+//                              alone, paired in one process; and the limiter's presence, its /free/
+//                              against the fixed-field process)
 //   ... over the limit         a global bucket limited below the offered rate: 429s measured too
 //
 // Limits are far above the offered load (decision cost, not rejections) except in the last case.
