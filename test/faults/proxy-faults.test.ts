@@ -578,8 +578,13 @@ buckets:
   const atEnd = { open: await decisions(open.process), closed: await decisions(closed.process) };
   await Promise.all([loadOpen.stop(), loadClosed.stop()]);
 
-  // Requests offered while Redis cannot answer before their deadline.
-  const paused = (load: HttpLoad) => between(load.answers, pauseMs, resumeMs - REDIS_TIMEOUT_MS);
+  // Requests offered while Redis cannot answer before their deadline. The proxy may take its share
+  // of the latency slack to put a request's call on the wire on a loaded machine, so the window
+  // ends that much earlier too: with only the call's timeout as margin, clean-clone CI (5119ae4)
+  // saw one request of 295 in the window admitted by Redis on the fail-closed proxy (latency max
+  // 121 ms against a 50 ms timeout), most likely one whose call reached Redis after SIGCONT.
+  const pausedUntilMs = resumeMs - REDIS_TIMEOUT_MS - LATENCY_SLACK_MS;
+  const paused = (load: HttpLoad) => between(load.answers, pauseMs, pausedUntilMs);
   const pausedOpen = paused(loadOpen);
   const pausedClosed = paused(loadClosed);
   const steadyOpen = between(loadOpen.answers, steadyFrom, pauseMs);
@@ -609,7 +614,7 @@ buckets:
   assertAnswered(loadOpen, 0, Number.POSITIVE_INFINITY, [200, 429], 'fail-open proxy');
   assertAnswered(loadClosed, 0, Number.POSITIVE_INFINITY, [200, 429], 'fail-closed proxy');
   assert.ok(
-    pausedOpen.length >= (0.8 * REDIS_RPS * (PAUSE_MS - REDIS_TIMEOUT_MS)) / 1000,
+    pausedOpen.length >= (0.8 * REDIS_RPS * (pausedUntilMs - pauseMs)) / 1000,
     `load during the pause: ${pausedOpen.length}`,
   );
   for (const a of pausedOpen) {
