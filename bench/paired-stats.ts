@@ -93,9 +93,14 @@ export function pooledComparison(
       ),
     );
   }
-  draws.sort((x, y) => x - y);
-  const at = (p: number) => draws[Math.min(draws.length - 1, Math.floor(p * draws.length))]!;
-  return { value, low: at(0.05), high: at(0.95), resamples };
+  return { value, ...interval90(draws), resamples };
+}
+
+/** The 5th and 95th percentiles of bootstrap draws: a 90% interval. */
+export function interval90(draws: readonly number[]): { low: number; high: number } {
+  const sorted = [...draws].sort((x, y) => x - y);
+  const at = (p: number) => sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
+  return { low: at(0.05), high: at(0.95) };
 }
 
 /**

@@ -18,7 +18,7 @@
 //      (default bench/results/edge-targets.json; writes <results>-unpaired.md beside each)
 import { readFileSync, writeFileSync } from 'node:fs';
 import { seededRandom } from '../src/core/index.js';
-import { median } from './paired-stats.js';
+import { interval90, median } from './paired-stats.js';
 
 /** What this reads of a results row: its rounds' fixed-rate 2xx latency percentiles. */
 export interface RoundsRow {
@@ -146,12 +146,9 @@ export function unpairedComparisons(
       spec.kind === 'added' ? (x: number, y: number) => x / y - 1 : (x: number, y: number) => 1 - x / y;
     const random = seededRandom(seed);
     const draw = (values: number[]) => values.map(() => values[Math.floor(random() * values.length)]!);
-    const draws = Array.from({ length: resamples }, () => stat(median(draw(a)), median(draw(b)))).sort(
-      (x, y) => x - y,
-    );
-    const at = (p: number) => draws[Math.min(draws.length - 1, Math.floor(p * draws.length))]!;
+    const draws = Array.from({ length: resamples }, () => stat(median(draw(a)), median(draw(b))));
     const value = stat(median(a), median(b));
-    const [low, high] = [at(0.05), at(0.95)];
+    const { low, high } = interval90(draws);
     const judged = spec.reference === undefined;
     out.push({
       name: spec.name,
