@@ -113,6 +113,8 @@ export class Bucket implements BucketHandle {
    * docs/accuracy.md against report k-1 alone (the 3x step settles in 4.2 s instead of 3.2 s).
    */
   directiveHostOfferedRps = 0;
+  /** How many report windows `directiveHostOfferedRps` is measured over (its noise: see local rescale). */
+  directiveHostWindows = 1;
   lastActiveMs: number;
   /** Resolved through `bucket(key)`: the caller holds the handle, so it never expires. */
   pinned = false;
@@ -121,6 +123,8 @@ export class Bucket implements BucketHandle {
   directiveRatio = 0;
   limitRps = 0;
   globalOfferedRps = 0;
+  /** The fleet offered rate of the directive held before this one (0: none): local rescale's fleet-wide test. */
+  previousGlobalOfferedRps = 0;
   epoch = 0n;
   version = 0n;
   receivedAtMs = 0;
@@ -296,17 +300,20 @@ export class Bucket implements BucketHandle {
     this.hasDirective = true;
     this.directiveRatio = Math.min(1, Math.max(0, dropRatio));
     this.limitRps = finiteNonNegative(directive.limitRps);
+    this.previousGlobalOfferedRps = this.globalOfferedRps;
     this.globalOfferedRps = finiteNonNegative(directive.offeredRps);
     this.epoch = epoch;
     this.version = version;
     this.receivedAtMs = nowMs;
     this.expiresAtMs = nowMs + directive.ttlMs;
-    this.directiveHostOfferedRps =
-      this.olderOfferedRps > 0
-        ? (this.previousOfferedRps + this.olderOfferedRps) / 2
-        : this.previousOfferedRps > 0
-          ? this.previousOfferedRps
-          : this.recentOfferedRps;
+    if (this.olderOfferedRps > 0) {
+      this.directiveHostOfferedRps = (this.previousOfferedRps + this.olderOfferedRps) / 2;
+      this.directiveHostWindows = 2;
+    } else {
+      this.directiveHostOfferedRps =
+        this.previousOfferedRps > 0 ? this.previousOfferedRps : this.recentOfferedRps;
+      this.directiveHostWindows = 1;
+    }
     if (directive.mode === Mode.SHADOW) this.shadow = true;
     else if (directive.mode === Mode.ENFORCE) this.shadow = false;
     else this.shadow = this.context.defaultShadow;
@@ -352,14 +359,7 @@ export class Bucket implements BucketHandle {
     const policy = this.context.stalePolicy();
     let ratio = staleDropRatio(policy, this.directiveRatio, this.expiresAtMs, nowMs);
     if (this.context.localRescale && nowMs < this.expiresAtMs) {
-      ratio = localRescaleRatio(
-        ratio,
-        this.limitRps,
-        this.globalOfferedRps,
-        this.directiveHostOfferedRps,
-        this.recentOfferedRps,
-        this.context.intervalMs(),
-      );
+      ratio = localRescaleRatio(ratio, this, this.context.intervalMs());
     }
     this.setEffectiveRatio(ratio);
     const arm =

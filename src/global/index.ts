@@ -20,7 +20,13 @@ export {
   DEFAULT_MAX_BUCKETS,
   DEFAULT_MAX_BUCKETS_PER_REPORT,
 } from './global-limiter.js';
-export { localRescaleRatio, RESCALE_Z } from './local-rescale.js';
+export {
+  FLEET_LOCAL_Z,
+  FLEET_MOVE_RATIO,
+  localRescaleRatio,
+  RESCALE_Z,
+  type RescaleInputs,
+} from './local-rescale.js';
 export type { GlobalLimiterLogger, ReporterStats } from './reporter.js';
 export { DEFAULT_CARRY_OVER_INTERVALS, MAX_REPORT_INTERVAL_MS, MIN_REPORT_INTERVAL_MS } from './reporter.js';
 export type { StalePolicy } from './stale-policy.js';
