@@ -88,8 +88,8 @@ describe('accuracy targets (100 hosts)', () => {
     );
   });
 
-  // Met at 100 hosts (2.3 s). Not at 1,000 hosts (about 4 s, docs/accuracy.md): directives there
-  // still carry fleet totals that lag the spike by about an interval, a second, smaller overshoot.
+  // At 1,000 hosts too since local rescale follows fleet-wide moves (median 2.9 s over 12 seeds,
+  // docs/accuracy.md); the test below holds that fleet to a regression bound.
   it('3x step (100 hosts): Spillway (recompute on report, local rescale) gets within 5% in <= 3 s', async () => {
     const result = await stepRun;
     // The plain variant (the formula alone, no local rescale) keeps the regression bound above.
@@ -99,6 +99,19 @@ describe('accuracy targets (100 hosts)', () => {
         `${variant}: ${convergedAfter(result, variant, 10)} s`,
       );
     }
+  });
+
+  it('3x step (1,000 hosts): Spillway gets back within 5% (regression bound: 3.5 s)', async () => {
+    // 20 calls per host a second: a host's own windows cannot tell the step from noise in time,
+    // local rescale's fleet-wide test carries it. This shorter scenario: 3.3 s for seed 1, 2.9 and
+    // 3.1 s for seeds 2 and 3 (4.4, 4.2, 3.9 s before). The preset's median over seeds 1-12 is
+    // 2.9 s (2.4-3.1; was 4.1 s, docs/accuracy.md); one seed is a bound, not the target's proof.
+    const result = await runSimulation(stepScenario, {
+      hosts: 1_000,
+      seed: 1,
+      variants: ['spillway'],
+    });
+    assert.ok(convergedAfter(result, 'spillway', 10) <= 3.5, `${convergedAfter(result, 'spillway', 10)} s`);
   });
 
   it('3x step: the burst guard never makes the overshoot worse', async () => {
