@@ -27,6 +27,7 @@ import {
 import type { ControlClient } from '../src/transport/control-transport.js';
 import { decodeReportRequest, encodeReportResponse } from '../src/transport/report-codec.js';
 import { runClosedLoop, standardScenarios } from '../test/control/closed-loop-harness.js';
+import { median } from './paired-stats.js';
 
 const REPORTS = Number(process.env.BENCH_REPORTS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -42,10 +43,6 @@ const TARGET_TICK_MS = 50;
 const gc = (globalThis as { gc?: () => void }).gc;
 if (!gc) throw new Error('run with --expose-gc (see the header of this file)');
 
-const median = (xs: number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 const quantile = (xs: number[], q: number) => {
   const s = [...xs].sort((a, b) => a - b);
   return s[Math.min(s.length - 1, Math.ceil(q * s.length) - 1)]!;

@@ -1,6 +1,7 @@
 import { PerformanceObserver } from 'node:perf_hooks';
 import { setTimeout as sleep } from 'node:timers/promises';
 import v8 from 'node:v8';
+import { median } from './paired-stats.js';
 
 /**
  * The measuring harness shared by the per-decision benchmarks (bench/local.bench.ts,
@@ -33,12 +34,6 @@ export interface DecisionHarnessOptions {
   /** Pause between chunks (1 ms lets a coarse clock tick as it would between event-loop turns). */
   pauseMs: number;
   allocationProbeCalls: number;
-}
-
-export function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const middle = sorted.length >> 1;
-  return sorted.length % 2 ? sorted[middle]! : (sorted[middle - 1]! + sorted[middle]!) / 2;
 }
 
 export function createDecisionHarness(options: DecisionHarnessOptions) {

@@ -22,6 +22,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { readListening } from '../test/integration/spillway-process.js';
 import { proxyRules, runOkUpstream } from './http-probes.js';
+import { median } from './paired-stats.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -242,12 +243,6 @@ async function measureCase(spec: CaseSpec, env: Env, dir: string): Promise<CaseR
     proxy.child.kill('SIGKILL');
     await new Promise((resolve) => proxy.child.once('exit', resolve));
   }
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 const fmt = (n: number) => Math.round(n).toLocaleString('en-US');

@@ -33,6 +33,7 @@ import {
 import type { LuaScript } from '../src/redis/lua-script.js';
 import { createRedisLimiter } from '../src/redis/redis-limiter.js';
 import { startRedis } from '../test/helpers/redis-server.js';
+import { median } from './paired-stats.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const LATENCY_CALLS = Number(process.env.BENCH_LATENCY_CALLS ?? 20_000);
@@ -182,12 +183,6 @@ async function connect(port: number): Promise<Redis> {
 
 function percentile(sorted: Float64Array, p: number): number {
   return sorted[Math.min(sorted.length - 1, Math.floor(p * sorted.length))]!;
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 ? sorted[mid]! : (sorted[mid - 1]! + sorted[mid]!) / 2;
 }
 
 function collectGarbage(): void {

@@ -21,6 +21,7 @@ import {
 import type { ReportHandler } from '../src/transport/control-transport.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { startGrpcControlServer } from '../src/transport/grpc-control-server.js';
+import { median } from './paired-stats.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const ROUND_MS = Number(process.env.BENCH_ROUND_MS ?? 2000);
@@ -137,12 +138,6 @@ async function measure(call: Call, inFlight: number, durationMs: number): Promis
 function quantile(sorted: number[], q: number): number {
   if (sorted.length === 0) return Number.NaN;
   return sorted[Math.min(sorted.length - 1, Math.floor(q * sorted.length))]!;
-}
-
-function median(values: number[]): number {
-  const s = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(s.length / 2);
-  return s.length % 2 ? s[mid]! : (s[mid - 1]! + s[mid]!) / 2;
 }
 
 const pairs = [
