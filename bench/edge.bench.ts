@@ -19,6 +19,8 @@
 //                              expressRateLimit, /free/ through the fixed-field layer (the decision
 //                              alone, paired in one process; and the limiter's presence, its /free/
 //                              against the fixed-field process)
+//   express quiet              the split process's /free/ path, its limiter with no control client
+//                              (no reports, no worker thread): the reports' part of the presence
 //   ... over the limit         a global bucket limited below the offered rate: 429s measured too
 //
 // Limits are far above the offered load (decision cost, not rejections) except in the last case.
@@ -103,6 +105,15 @@ const TARGET_PAIRS: [string, string][] = [
   // The fixed-field path of that process against a process without a limiter: the same work per
   // request, so the difference is the limiter's presence (its reports, its worker thread).
   ['express-split-headers', 'express-headers'],
+  // The presence taken apart (2026-12-01): the same split process without reports (no control
+  // client, no worker thread, no report ticks), against the fixed-field process and against the
+  // reporting one; and an A/A control, a second fixed-field process.
+  ['express-headers-twin', 'express-headers'],
+  // The same A/A pair with its sides swapped: whether a side of the paired generator, rather than a
+  // process, is favoured (the pair above read −9.9% with an interval excluding zero).
+  ['express-headers', 'express-headers-twin'],
+  ['express-quiet-headers', 'express-headers'],
+  ['express-split-headers', 'express-quiet-headers'],
   ['proxy-global', 'proxy-redis'],
   ['proxy-global', 'proxy-redis-remote'],
   ['proxy-bare', 'proxy-redis-remote'],
@@ -134,6 +145,9 @@ async function runExpress(argv: string[]): Promise<void> {
       redis: { type: 'string' },
       bucket: { type: 'string', default: 'edge' },
       limit: { type: 'string', default: String(HIGH_LIMIT) },
+      // 'worker': reports from a worker thread (as docs/middleware.md recommends); 'none': a limiter
+      // with no control client, so nothing is reported and no worker thread runs.
+      reports: { type: 'string', default: 'worker' },
     },
   });
   const variant = values.variant as ExpressVariant;
@@ -202,12 +216,18 @@ async function runExpress(argv: string[]): Promise<void> {
     const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
     // As docs/middleware.md recommends: reports go out from a worker thread (the 17:23 results in
     // bench/results/edge.md predate this and reported from the request thread).
-    const client = createWorkerControlClient(String(values.aggregator));
-    await client.whenReady();
+    const clients = [];
+    if (values.reports === 'worker') {
+      const client = createWorkerControlClient(String(values.aggregator));
+      await client.whenReady();
+      clients.push(client);
+    } else if (values.reports !== 'none') {
+      throw new Error(`--reports must be worker or none, not ${values.reports}`);
+    }
     const limiter = createGlobalLimiter({
       reporterId: `edge-express-${process.pid}`,
       zone: 'z1',
-      clients: [client],
+      clients,
     });
     limiter.start();
     const bucket = String(values.bucket);
@@ -1081,6 +1101,12 @@ async function main(): Promise<void> {
       ['--variant', 'headers'],
     );
     await expressCase(
+      'express-headers-twin',
+      'express + the fixed-field layer, a second process (A/A control)',
+      'loadgen → a second, identical Express with res.setHeader × 2 → forward → upstream',
+      ['--variant', 'headers'],
+    );
+    await expressCase(
       'express-spillway-global',
       'express + spillway global',
       'loadgen → Express → expressRateLimit(GlobalLimiter, decided in process) → forward → upstream',
@@ -1100,6 +1126,23 @@ async function main(): Promise<void> {
         urlPath: '/free/',
       },
     ]);
+    // The split process again with a limiter that reports nothing: its /free/ path against the one
+    // above tells the reports' cost from the limiter's mere presence.
+    await expressCase(
+      'express-quiet',
+      'express quiet',
+      '',
+      ['--variant', 'split', '--reports', 'none'],
+      false,
+      [
+        {
+          id: 'express-quiet-headers',
+          label: 'express + spillway global without reports, one process: path with the fixed fields',
+          path: 'loadgen → Express with a GlobalLimiter that has no control client (/free: res.setHeader × 2) → forward → upstream',
+          urlPath: '/free/',
+        },
+      ],
+    );
     await expressCase(
       'express-spillway-redis',
       'express + spillway Redis sliding window',
@@ -1210,9 +1253,17 @@ async function main(): Promise<void> {
     );
     for (let round = 1; round <= ROUNDS; round++) {
       for (const [aId, bId] of pairs) {
+        // The generator's first target is favoured: A/A pairs of two identical Express processes
+        // read −3.9% and, sides swapped, −7.7% at p99 (2026-12-01, bench/results/edge-express-aa.md;
+        // the cause, somewhere in the generator or the loopback path, is not found). Every other
+        // round sends the pair the other way round, so that advantage falls on both sides equally
+        // and stays out of the pooled figures.
+        const swapped = round % 2 === 0;
         const urls = [byId.get(aId)!.url!, byId.get(bId)!.url!];
+        if (swapped) urls.reverse();
         const rate = aId.startsWith('express') ? EXPRESS_PAIRED_RATE : PAIRED_RATE;
-        const [a, b] = (await openLoop(urls, DURATION_S, rate, PAIRED_WARMUP_S)) as [LoadResult, LoadResult];
+        const results = (await openLoop(urls, DURATION_S, rate, PAIRED_WARMUP_S)) as [LoadResult, LoadResult];
+        const [a, b] = swapped ? [results[1], results[0]] : results;
         paired.get(`${aId}|${bId}`)!.push({ a, b });
         process.stdout.write(
           `round ${round} paired ${aId} vs ${bId}: p99 ${(a.latency2xx.p99Us / 1000).toFixed(2)} vs ${(b.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(a.latency2xx.p999Us / 1000).toFixed(2)} vs ${(b.latency2xx.p999Us / 1000).toFixed(2)} ms\n`,
@@ -1335,6 +1386,30 @@ async function main(): Promise<void> {
       'presence: p99 of fixed fields in an Express process with a global limiter over one without',
       'express-split-headers',
       'express-headers',
+      'context',
+    );
+    addedOver(
+      'A/A control: p99 of a second fixed-field Express process over the first',
+      'express-headers-twin',
+      'express-headers',
+      'control',
+    );
+    addedOver(
+      'A/A control, sides swapped: p99 of the first fixed-field Express process over the second',
+      'express-headers',
+      'express-headers-twin',
+      'control',
+    );
+    addedOver(
+      'presence without reports: p99 of fixed fields in an Express process with a silent global limiter over one without',
+      'express-quiet-headers',
+      'express-headers',
+      'context',
+    );
+    addedOver(
+      'reports: p99 of fixed fields in the reporting split process over the silent one',
+      'express-split-headers',
+      'express-quiet-headers',
       'context',
     );
     // The most any in-process limiter could show here: the bare proxy decides nothing at all.
@@ -1503,7 +1578,9 @@ async function main(): Promise<void> {
       `interleaved at random in the same ${DURATION_S} s (each at ${n(PAIRED_RATE, 0)} req/s; the Express pairs at ${n(EXPRESS_PAIRED_RATE, 0)} req/s each, since two`,
       'Express servers at the full rate saturate this machine), so a stall of the machine',
       '(this is a VM; its tail moves by milliseconds from run to run, see the table above) hits both sides',
-      'of a ratio alike.',
+      'of a ratio alike. Every other round sends the pair the other way round: the generator favours its',
+      'first target by a few percent at p99 (bench/results/edge-express-aa.md), and alternating keeps that',
+      'out of the pooled figures. Runs before 2026-12-01 11:30 always sent the first-named case first.',
       '',
       `The primary figure pools every round's samples of each side (${ROUNDS} rounds × ${DURATION_S} s) and takes the`,
       'percentile of the pool: one round puts only ~15 samples above its p99.9, so a per-round p99.9 moves',
