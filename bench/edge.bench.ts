@@ -1253,11 +1253,12 @@ async function main(): Promise<void> {
     );
     for (let round = 1; round <= ROUNDS; round++) {
       for (const [aId, bId] of pairs) {
-        // The generator's first target is favoured: A/A pairs of two identical Express processes
-        // read −3.9% and, sides swapped, −7.7% at p99 (2026-12-01, bench/results/edge-express-aa.md;
-        // the cause, somewhere in the generator or the loopback path, is not found). Every other
-        // round sends the pair the other way round, so that advantage falls on both sides equally
-        // and stays out of the pooled figures.
+        // The generator's first target was favoured in one test: A/A pairs of two identical Express
+        // processes read −3.9% and, sides swapped, −7.7% at p99 (2026-12-01,
+        // bench/results/edge-express-aa.md; the cause is not found). Every other round sends the
+        // pair the other way round, so a side's advantage falls on both cases equally. It does not
+        // remove an offset between processes: the proxy's A/A pair, alternated, still read −4.9%
+        // (bench/results/edge-proxy-alternated.md).
         const swapped = round % 2 === 0;
         const urls = [byId.get(aId)!.url!, byId.get(bId)!.url!];
         if (swapped) urls.reverse();
@@ -1578,9 +1579,10 @@ async function main(): Promise<void> {
       `interleaved at random in the same ${DURATION_S} s (each at ${n(PAIRED_RATE, 0)} req/s; the Express pairs at ${n(EXPRESS_PAIRED_RATE, 0)} req/s each, since two`,
       'Express servers at the full rate saturate this machine), so a stall of the machine',
       '(this is a VM; its tail moves by milliseconds from run to run, see the table above) hits both sides',
-      'of a ratio alike. Every other round sends the pair the other way round: the generator favours its',
-      'first target by a few percent at p99 (bench/results/edge-express-aa.md), and alternating keeps that',
-      'out of the pooled figures. Runs before 2026-12-01 11:30 always sent the first-named case first.',
+      'of a ratio alike. Every other round sends the pair the other way round: in one test the generator',
+      'favoured its first target by a few percent at p99 (bench/results/edge-express-aa.md), and alternating',
+      'keeps a side advantage out of the pooled figures (runs before 2026-12-01 11:30 always sent the',
+      'first-named case first). Two processes can still differ by a few percent: read the A/A rows first.',
       '',
       `The primary figure pools every round's samples of each side (${ROUNDS} rounds × ${DURATION_S} s) and takes the`,
       'percentile of the pool: one round puts only ~15 samples above its p99.9, so a per-round p99.9 moves',
