@@ -90,8 +90,9 @@ const SPECS: Spec[] = [
     kind: 'lower',
   },
   // The issue names Express + rate-limiter-flexible Redis among "the Redis-backed paths" the global
-  // limiter's p99.9 is held against: what a team would run instead of the proxy. Added 2026-12-01,
-  // before the run that first measured it (bench/results/edge-targets.md of that date).
+  // limiter's p99.9 is held against: what a team would run instead of the proxy. Written 2026-12-01
+  // while the run that first measured it was going, before its results were read
+  // (bench/results/edge-targets.md of that date).
   {
     name: 'p99.9 of proxy + global against Express + rate-limiter-flexible Redis',
     a: 'proxy-global',

@@ -4,13 +4,14 @@ import type { ServerResponse } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
+import { until } from '../helpers/until.js';
 import {
   type SpillwayProcess,
   spawnSpillwayRaw,
   startSpillway,
   stopSpillway,
 } from '../integration/spillway-process.js';
-import { send, startUpstream, until } from './proxy-harness.js';
+import { send, startUpstream } from './proxy-harness.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'spillway-proxy-cli-'));
 const started: SpillwayProcess[] = [];

@@ -148,5 +148,3 @@ export async function metricValue(
   );
   return sample?.value ?? 0;
 }
-
-export { until } from '../helpers/until.js';

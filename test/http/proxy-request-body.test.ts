@@ -1,14 +1,8 @@
 import assert from 'node:assert/strict';
 import { type IncomingMessage, request } from 'node:http';
 import { describe, it } from 'node:test';
-import {
-  metricValue,
-  ProxyFixtures,
-  send,
-  type TestProxy,
-  type UpstreamHandler,
-  until,
-} from './proxy-harness.js';
+import { until } from '../helpers/until.js';
+import { metricValue, ProxyFixtures, send, type TestProxy, type UpstreamHandler } from './proxy-harness.js';
 
 // How the proxy streams a request body to the upstream: Expect: 100-continue, a client that
 // leaves mid-upload, an upstream that fails mid-upload, and one that answers before reading it.

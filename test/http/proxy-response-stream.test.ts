@@ -1,14 +1,8 @@
 import assert from 'node:assert/strict';
 import { type IncomingMessage, request } from 'node:http';
 import { describe, it } from 'node:test';
-import {
-  metricValue,
-  ProxyFixtures,
-  send,
-  type TestProxy,
-  type UpstreamHandler,
-  until,
-} from './proxy-harness.js';
+import { until } from '../helpers/until.js';
+import { metricValue, ProxyFixtures, send, type TestProxy, type UpstreamHandler } from './proxy-harness.js';
 
 // How the proxy relays an upstream response: backpressure from a slow client, an upstream that
 // fails mid-body, a client that leaves mid-body or while its request waits for a connection,

@@ -4,6 +4,7 @@ import type { AddressInfo } from 'node:net';
 import { createServer as createNetServer } from 'node:net';
 import { describe, it } from 'node:test';
 import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import { until } from '../helpers/until.js';
 import {
   metricValue,
   ProxyFixtures,
@@ -11,7 +12,6 @@ import {
   startTestProxy,
   startUpstream,
   type Upstream,
-  until,
 } from './proxy-harness.js';
 
 const fixtures = new ProxyFixtures();
