@@ -125,6 +125,17 @@ const TARGET_PAIRS: [string, string][] = [
   ['express-bare', 'express-rlf-redis-remote'],
 ];
 const PAIRED_WARMUP_S = 2;
+/**
+ * BENCH_FRESH_PAIRS (default 1): each paired run starts its two processes afresh. With one process
+ * per case for the whole run, two identical bare proxies differed by ~5% at p99 with sides
+ * alternating, one slower in 7 of 8 rounds whichever side it was on
+ * (bench/results/edge-proxy-alternated.md): an offset that belongs to a process, as large as the
+ * +5% target, which a run on long-lived processes counts as the limiter's cost or saving. 0 keeps
+ * the processes of the per-case runs (as before 2026-12-01 13:00).
+ */
+const FRESH_PAIRS = process.env.BENCH_FRESH_PAIRS !== '0';
+/** A fresh process's warmup in a paired run: its JIT compiles the request path in these seconds. */
+const FRESH_PAIRED_WARMUP_S = 5;
 /** Most connections the open-loop generator opens to a case (one request in flight on each). */
 const OPEN_LOOP_CONNECTIONS = 256;
 
@@ -545,6 +556,15 @@ async function startProcess(
   return { name, child, listening, output };
 }
 
+/** Kills `running` (SIGKILL: nothing is in flight between runs) and waits for it to exit. */
+async function stopProcess(running: Running): Promise<void> {
+  const { child } = running;
+  if (child.exitCode !== null || child.signalCode !== null) return;
+  const exited = new Promise((resolve) => child.once('exit', resolve));
+  child.kill('SIGKILL');
+  await exited;
+}
+
 function spillwayArgs(args: string[]): string[] {
   return ['--import', 'tsx', 'src/cli/entry.ts', ...args];
 }
@@ -648,6 +668,11 @@ interface Case {
   overLimit?: boolean;
   /** The process serving `url`, whose CPU time is measured. */
   pid?: number;
+  /**
+   * Replaces that process with a fresh one started the same way; `url` and `pid` of every case it
+   * serves follow. Shared by those cases (call it once for them).
+   */
+  restart?: () => Promise<void>;
 }
 
 interface CaseRound {
@@ -925,6 +950,36 @@ async function main(): Promise<void> {
     const proxyReady = existsSync(join(ROOT, 'src/cli/proxy.ts'));
     /** More cases served by the same proxy process, each on its own URL path (see "same process"). */
     type Route = { id: string; label: string; path: string; urlPath: string };
+    /**
+     * Starts one process serving `routes` (each a case at `httpAddress(listening)` + its path) and
+     * adds the cases, restartable: paired runs start each pair on fresh processes (FRESH_PAIRS).
+     */
+    const serveCases = async (
+      name: string,
+      args: string[],
+      routes: Route[],
+      overLimit: boolean,
+      httpAddress: (listening: Record<string, unknown>) => string,
+    ) => {
+      const served: Case[] = routes.map((r) => ({ id: r.id, label: r.label, path: r.path, overLimit }));
+      const start = async () => {
+        const running = await startProcess(name, args, { cpus: CASE_CPUS });
+        routes.forEach((r, i) => {
+          served[i]!.url = `http://${httpAddress(running.listening)}${r.urlPath}`;
+          served[i]!.pid = running.child.pid;
+        });
+        return running;
+      };
+      let running = await start();
+      const restart = async () => {
+        await stopProcess(running);
+        running = await start();
+      };
+      for (const c of served) {
+        c.restart = restart;
+        cases.push(c);
+      }
+    };
     /** One proxy process serving `routes`, each a case; `name` names its process and rules file. */
     const proxyProcessCases = async (name: string, rules: string, routes: Route[], overLimit = false) => {
       if (notSelected(routes)) {
@@ -938,7 +993,7 @@ async function main(): Promise<void> {
       const rulesPath = join(dir, `${name}.yaml`);
       writeFileSync(rulesPath, rules);
       try {
-        const proxy = await startProcess(
+        await serveCases(
           name,
           spillwayArgs([
             'proxy',
@@ -951,18 +1006,10 @@ async function main(): Promise<void> {
             '--log-level',
             'warn',
           ]),
-          { cpus: CASE_CPUS },
+          routes,
+          overLimit,
+          proxyHttpAddress,
         );
-        for (const r of routes) {
-          cases.push({
-            id: r.id,
-            label: r.label,
-            path: r.path,
-            url: `http://${proxyHttpAddress(proxy.listening)}${r.urlPath}`,
-            overLimit,
-            pid: proxy.child.pid,
-          });
-        }
       } catch (error) {
         const missing = String(error).split('\n').slice(0, 6).join(' ');
         for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, missing, overLimit });
@@ -1062,7 +1109,7 @@ async function main(): Promise<void> {
         for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, overLimit });
         return;
       }
-      const server = await startProcess(
+      await serveCases(
         id,
         [
           '--import',
@@ -1077,18 +1124,10 @@ async function main(): Promise<void> {
           redisAddress,
           ...args,
         ],
-        { cpus: CASE_CPUS },
+        routes,
+        overLimit,
+        (listening) => String(listening.http),
       );
-      for (const r of routes) {
-        cases.push({
-          id: r.id,
-          label: r.label,
-          path: r.path,
-          url: `http://${String(server.listening.http)}${r.urlPath}`,
-          overLimit,
-          pid: server.child.pid,
-        });
-      }
     };
     await expressCase(
       'express-bare',
@@ -1262,10 +1301,19 @@ async function main(): Promise<void> {
         // remove an offset between processes: the proxy's A/A pair, alternated, still read −4.9%
         // (bench/results/edge-proxy-alternated.md).
         const swapped = round % 2 === 0;
+        if (FRESH_PAIRS) {
+          // Fresh processes for each pair and round: an offset between two processes is then drawn
+          // anew each round and lands in the interval, not in the estimate. The start order turns
+          // every two rounds, so it is not tied to the side (which turns every round).
+          const restarts = [...new Set([byId.get(aId)!.restart, byId.get(bId)!.restart])];
+          if (Math.floor((round - 1) / 2) % 2 === 1) restarts.reverse();
+          for (const restart of restarts) await restart?.();
+        }
         const urls = [byId.get(aId)!.url!, byId.get(bId)!.url!];
         if (swapped) urls.reverse();
         const rate = aId.startsWith('express') ? EXPRESS_PAIRED_RATE : PAIRED_RATE;
-        const results = (await openLoop(urls, DURATION_S, rate, PAIRED_WARMUP_S)) as [LoadResult, LoadResult];
+        const warmupS = FRESH_PAIRS ? FRESH_PAIRED_WARMUP_S : PAIRED_WARMUP_S;
+        const results = (await openLoop(urls, DURATION_S, rate, warmupS)) as [LoadResult, LoadResult];
         const [a, b] = swapped ? [results[1], results[0]] : results;
         paired.get(`${aId}|${bId}`)!.push({ a, b });
         process.stdout.write(
@@ -1585,6 +1633,9 @@ async function main(): Promise<void> {
       'favoured its first target by a few percent at p99 (bench/results/edge-express-aa.md), and alternating',
       'keeps a side advantage out of the pooled figures (runs before 2026-12-01 11:30 always sent the',
       'first-named case first). Two processes can still differ by a few percent: read the A/A rows first.',
+      FRESH_PAIRS
+        ? `Each pair runs on fresh processes each round (BENCH_FRESH_PAIRS; ${FRESH_PAIRED_WARMUP_S} s of warmup for their JIT, not recorded), started in an order that turns every two rounds: two long-lived bare proxies kept an offset of ~5% at p99 whichever side they were on (bench/results/edge-proxy-alternated.md), so a difference between processes now varies from round to round and widens the interval instead of shifting the figure.`
+        : 'The pairs run on the processes of the per-case runs (BENCH_FRESH_PAIRS=0): an offset between two processes stays in every round and shifts the figure.',
       '',
       `The primary figure pools every round's samples of each side (${ROUNDS} rounds × ${DURATION_S} s) and takes the`,
       'percentile of the pool: one round puts only ~15 samples above its p99.9, so a per-round p99.9 moves',
