@@ -22,6 +22,7 @@ import { join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { cpuSeconds, proxyRules, runOkUpstream } from '../bench/http-probes.js';
+import { median } from '../bench/paired-stats.js';
 import { readListening } from '../test/integration/spillway-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -357,7 +358,7 @@ async function main(argv: string[]): Promise<void> {
     );
     for (const [name, s] of summaries) {
       process.stdout.write(
-        `| ${name} | ${median(s.fixedCpuUsPerReq)} | ${median(s.maxCpuUsPerReq)} | ${median(s.maxReqPerSec)} |\n`,
+        `| ${name} | ${Math.round(median(s.fixedCpuUsPerReq))} | ${Math.round(median(s.maxCpuUsPerReq))} | ${Math.round(median(s.maxReqPerSec))} |\n`,
       );
     }
     for (const target of targets) {
@@ -384,12 +385,6 @@ async function main(argv: string[]): Promise<void> {
       .map((l) => l.toFixed(2))
       .join(' / ')} at the end\n`,
   );
-}
-
-function median(values: number[]): number {
-  const sorted = [...values].sort((a, b) => a - b);
-  const mid = Math.floor(sorted.length / 2);
-  return sorted.length % 2 === 1 ? sorted[mid]! : Math.round((sorted[mid - 1]! + sorted[mid]!) / 2);
 }
 
 // ---------------------------------------------------------------------------------------------
