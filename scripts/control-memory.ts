@@ -43,6 +43,7 @@ const DURATION_S = positiveInteger('duration-s');
 const SAMPLE_S = positiveInteger('sample-s');
 const ZONES = positiveInteger('zones');
 const HOSTS_PER_ZONE = positiveInteger('hosts-per-zone');
+if (DURATION_S < 3 * SAMPLE_S) throw new Error('--duration-s must allow three samples (one per third)');
 /** The shortest report interval the limits file accepts (src/config). */
 const INTERVAL_MS = 100;
 const LIMIT_RPS = 1000;
