@@ -15,7 +15,7 @@
 //   node --import tsx scripts/control-memory.ts --duration-s 60
 //
 // Writes bench/results/control-memory.json and control-memory.md.
-import { readFileSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
@@ -24,6 +24,7 @@ import { ReportRequestSchema } from '../src/gen/spillway/v1/control_pb.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { BUCKET, Fleet, sleep } from '../test/faults/fleet.js';
 import { REPO_ROOT, type SpillwayProcess, scrape } from '../test/integration/spillway-process.js';
+import { mean, procStatusMb, slopePerMinute } from './process-memory.js';
 
 const { values } = parseArgs({
   options: {
@@ -57,27 +58,13 @@ interface Sample {
 }
 
 async function sample(p: SpillwayProcess, atS: number): Promise<Sample> {
-  const status = readFileSync(`/proc/${p.child.pid}/status`, 'utf8');
-  const kb = (field: string) => Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN);
   const series = await scrape(p.ops);
   return {
     atS,
-    rssMb: kb('VmRSS') / 1024,
-    anonMb: kb('RssAnon') / 1024,
+    ...procStatusMb(p.child.pid!),
     heapUsedMb: (series.get('spillway_nodejs_heap_size_used_bytes') ?? Number.NaN) / 2 ** 20,
     heapCommittedMb: (series.get('spillway_nodejs_heap_size_total_bytes') ?? Number.NaN) / 2 ** 20,
   };
-}
-
-const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-
-/** Least-squares slope of RSS in MB per minute. */
-function rssSlopePerMinute(samples: Sample[]): number {
-  const mx = mean(samples.map((s) => s.atS));
-  const my = mean(samples.map((s) => s.rssMb));
-  const sxy = samples.reduce((n, s) => n + (s.atS - mx) * (s.rssMb - my), 0);
-  const sxx = samples.reduce((n, s) => n + (s.atS - mx) ** 2, 0);
-  return sxx === 0 ? 0 : (60 * sxy) / sxx;
 }
 
 function thirds(samples: Sample[]) {
@@ -89,7 +76,7 @@ function thirds(samples: Sample[]) {
       anonMb: mean(part.map((s) => s.anonMb)),
       heapCommittedMb: mean(part.map((s) => s.heapCommittedMb)),
       heapUsedLowMb: Math.min(...part.map((s) => s.heapUsedMb)),
-      rssSlopeMbPerMin: rssSlopePerMinute(part),
+      rssSlopeMbPerMin: slopePerMinute(part, (s) => s.rssMb),
     };
   });
 }

@@ -34,6 +34,7 @@ import {
   startSpillway,
   stopSpillway,
 } from '../test/integration/spillway-process.js';
+import { mean, procStatusMb, slopePerMinute } from './process-memory.js';
 import type { SoakLoadSpec } from './soak-worker.js';
 
 const { values } = parseArgs({
@@ -164,13 +165,6 @@ interface Tally {
   loadFailuresByProxy: Record<string, number>;
 }
 
-function procStatusMb(pid: number): { rssMb: number; anonMb: number } {
-  const status = readFileSync(`/proc/${pid}/status`, 'utf8');
-  const mb = (field: string) =>
-    Number(new RegExp(`${field}:\\s+(\\d+) kB`).exec(status)?.[1] ?? Number.NaN) / 1024;
-  return { rssMb: mb('VmRSS'), anonMb: mb('RssAnon') };
-}
-
 function openFds(pid: number): number {
   return readdirSync(`/proc/${pid}/fd`).length;
 }
@@ -266,8 +260,6 @@ function listeningField(p: SpillwayProcess, field: string): string {
   throw new Error(`${p.name}: no '${field}' in its listening line`);
 }
 
-const mean = (xs: number[]) => xs.reduce((a, b) => a + b, 0) / Math.max(1, xs.length);
-
 type SampleField = Exclude<keyof Sample, 'atS' | 'cpuS'>;
 
 function thirds(samples: Sample[], field: SampleField) {
@@ -281,13 +273,8 @@ function thirds(samples: Sample[], field: SampleField) {
 }
 
 /** Least-squares slope of a series over its middle and last thirds, per minute (a diagnostic). */
-function slopePerMinute(samples: Sample[], field: SampleField) {
-  const tail = samples.slice(Math.max(1, Math.floor(samples.length / 3)));
-  const mx = mean(tail.map((s) => s.atS));
-  const my = mean(tail.map((s) => s[field]));
-  const sxy = tail.reduce((n, s) => n + (s.atS - mx) * (s[field] - my), 0);
-  const sxx = tail.reduce((n, s) => n + (s.atS - mx) ** 2, 0);
-  return sxx === 0 ? 0 : (60 * sxy) / sxx;
+function tailSlopePerMinute(samples: Sample[], field: SampleField) {
+  return slopePerMinute(samples.slice(Math.max(1, Math.floor(samples.length / 3))), (s) => s[field]);
 }
 
 /** Sample indices closest to 1/3 and 2/3 of the run: counters are compared over equal spans. */
@@ -515,7 +502,7 @@ async function main(): Promise<number> {
         rss: thirds(list, 'rssMb'),
         heapCommitted: thirds(list, 'heapCommittedMb'),
         heap: thirds(list, 'heapMb'),
-        rssSlopeMbPerMin: slopePerMinute(list, 'rssMb'),
+        rssSlopeMbPerMin: tailSlopePerMinute(list, 'rssMb'),
         fds: thirds(list, 'fds'),
         /** Mean CPU use over the last third, % of one core. */
         cpuPercentLastThird: (100 * (list[d]!.cpuS - list[c]!.cpuS)) / (list[d]!.atS - list[c]!.atS),
