@@ -90,6 +90,7 @@ export function run(argv: string[]): Promise<number> {
         ? await createParentClients(rules.backend.aggregators, {
             authToken,
             intervalMs: rules.backend.intervalMs,
+            reportThreadNice: rules.backend.reportThreadNice,
             metrics,
             logger,
             thread: 'worker',
