@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { type ChildProcess, execFile, spawn } from 'node:child_process';
 import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
 import { after, describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
 import { ErrorCode, SpillwayError } from '../../src/core/errors.js';
@@ -238,6 +239,39 @@ describe('gRPC control client on a worker thread', () => {
     const zero = await connect(server.address, { threadNice: 0 });
     assert.deepEqual(zero.threadPriority(), { lowered: false, reason: 'nice 0 asked for' });
     await zero.report(reportOf(), { timeoutMs: 5_000 });
+  });
+
+  it('still reports, well inside the deadline, with every CPU busy with normal-priority work', {
+    skip: onLinux ? false : 'per-thread priority is Linux only',
+  }, async () => {
+    const server = await serve(answer);
+    const client = await connect(server.address);
+    assert.equal(client.threadPriority()?.lowered, true);
+    // One more spinning process than there are CPUs, each at the normal priority.
+    const hogs: ChildProcess[] = Array.from({ length: availableParallelism() + 1 }, () =>
+      spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }),
+    );
+    try {
+      const spinning = (hog: ChildProcess) => {
+        try {
+          const stat = readFileSync(`/proc/${hog.pid}/stat`, 'utf8');
+          return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[11]) > 10; // utime, ticks
+        } catch {
+          return false;
+        }
+      };
+      await waitUntil('the spinning processes to be running', () => hogs.every(spinning));
+      const tookMs: number[] = [];
+      for (let i = 0; i < 5; i++) {
+        const started = performance.now();
+        await client.report(reportOf(), { timeoutMs: 2_000 });
+        tookMs.push(Math.round(performance.now() - started));
+      }
+      // A report is a few ms of CPU; at nice 10 it gets about a tenth of a CPU against these.
+      assert.ok(Math.max(...tookMs) < 1_000, `report round trips: ${tookMs.join(', ')} ms`);
+    } finally {
+      for (const hog of hogs) hog.kill('SIGKILL');
+    }
   });
 
   it('refuses a nice value outside 0 to 19 with ERR_SPILLWAY_INVALID_OPTION', () => {
