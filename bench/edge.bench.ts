@@ -116,12 +116,6 @@ const TARGET_PAIRS: [string, string][] = [
   ['express-headers', 'express-headers-twin'],
   ['express-quiet-headers', 'express-headers'],
   ['express-split-headers', 'express-quiet-headers'],
-  // The report thread's priority (2026-12-01): the same reporting process with its report thread at
-  // the process's priority (nice 0), against the silent one and against the default (nice 10).
-  ['express-nice0-headers', 'express-quiet-headers'],
-  ['express-nice0-headers', 'express-split-headers'],
-  ['proxy-global-nice0', 'proxy-bare'],
-  ['proxy-global-nice0', 'proxy-global'],
   ['proxy-global', 'proxy-redis'],
   ['proxy-global', 'proxy-redis-remote'],
   ['proxy-bare', 'proxy-redis-remote'],
@@ -167,8 +161,6 @@ async function runExpress(argv: string[]): Promise<void> {
       // 'worker': reports from a worker thread (as docs/middleware.md recommends); 'none': a limiter
       // with no control client, so nothing is reported and no worker thread runs.
       reports: { type: 'string', default: 'worker' },
-      // The report thread's nice value (createWorkerControlClient's threadNice); absent: its default.
-      'report-nice': { type: 'string' },
     },
   });
   const variant = values.variant as ExpressVariant;
@@ -239,11 +231,7 @@ async function runExpress(argv: string[]): Promise<void> {
     // bench/results/edge.md predate this and reported from the request thread).
     const clients = [];
     if (values.reports === 'worker') {
-      const niceFlag = values['report-nice'];
-      const client = createWorkerControlClient(
-        String(values.aggregator),
-        niceFlag === undefined ? {} : { threadNice: Number(niceFlag) },
-      );
+      const client = createWorkerControlClient(String(values.aggregator));
       await client.whenReady();
       clients.push(client);
     } else if (values.reports !== 'none') {
@@ -1048,16 +1036,6 @@ async function main(): Promise<void> {
       'loadgen → proxy (global backend, one bucket, decided in process) → upstream',
       proxyRules(upstreamAddress, globalBackend, proxyBucket('edge', HIGH_LIMIT, 1)),
     );
-    await proxyCase(
-      'proxy-global-nice0',
-      'spillway proxy + global, report thread at nice 0',
-      'loadgen → proxy (global backend, report thread at the process priority) → upstream',
-      proxyRules(
-        upstreamAddress,
-        [...globalBackend, 'reportThreadNice: 0'],
-        proxyBucket('edge', HIGH_LIMIT, 1),
-      ),
-    );
     // One proxy process, a global bucket on /limited/ only: requests to /free/ are matched against
     // the rules and forwarded, those to /limited/ are also decided. Paired, the two paths share the
     // process's scheduling, JIT, heap and garbage collections, so their difference is the decision
@@ -1202,24 +1180,6 @@ async function main(): Promise<void> {
           id: 'express-quiet-headers',
           label: 'express + spillway global without reports, one process: path with the fixed fields',
           path: 'loadgen → Express with a GlobalLimiter that has no control client (/free: res.setHeader × 2) → forward → upstream',
-          urlPath: '/free/',
-        },
-      ],
-    );
-    // The reporting split process once more, its report thread at the process's priority (nice 0,
-    // as before 2026-12-01): against express-split-headers (nice 10), what the lowered priority buys.
-    await expressCase(
-      'express-nice0',
-      'express nice 0',
-      '',
-      ['--variant', 'split', '--report-nice', '0'],
-      false,
-      [
-        {
-          id: 'express-nice0-headers',
-          label:
-            'express + spillway global, report thread at nice 0, one process: path with the fixed fields',
-          path: 'loadgen → Express with a GlobalLimiter reporting from a thread at the process priority (/free: res.setHeader × 2) → forward → upstream',
           urlPath: '/free/',
         },
       ],
@@ -1501,30 +1461,6 @@ async function main(): Promise<void> {
       'reports: p99 of fixed fields in the reporting split process over the silent one',
       'express-split-headers',
       'express-quiet-headers',
-      'context',
-    );
-    addedOver(
-      'report thread at nice 0: p99 of fixed fields in the reporting split process over the silent one',
-      'express-nice0-headers',
-      'express-quiet-headers',
-      'context',
-    );
-    addedOver(
-      'report thread at nice 0 over nice 10 (the default): p99 of fixed fields in two reporting split processes',
-      'express-nice0-headers',
-      'express-split-headers',
-      'context',
-    );
-    addedOver(
-      'report thread at nice 0: p99 of proxy + global over the bare proxy',
-      'proxy-global-nice0',
-      'proxy-bare',
-      'context',
-    );
-    addedOver(
-      'report thread at nice 0 over nice 10 (the default): p99 of proxy + global',
-      'proxy-global-nice0',
-      'proxy-global',
       'context',
     );
     // The most any in-process limiter could show here: the bare proxy decides nothing at all.

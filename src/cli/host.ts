@@ -5,8 +5,6 @@ import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { MAX_THREAD_NICE, MIN_THREAD_NICE } from '../transport/thread-priority.js';
-import { DEFAULT_REPORT_THREAD_NICE } from '../transport/worker-control-client.js';
 import {
   type CommandSpec,
   listFlag,
@@ -74,12 +72,6 @@ export const spec: CommandSpec = {
       description: 'per-report deadline',
       defaultText: 'half the interval',
     },
-    'report-thread-nice': {
-      type: 'string',
-      valueName: 'n',
-      description: 'nice value (0-19, Linux) of the threads that send reports; 0 leaves them as the process',
-      defaultText: '10',
-    },
     'log-level': {
       type: 'string',
       valueName: 'level',
@@ -110,11 +102,6 @@ export function run(argv: string[]): Promise<number> {
     const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
       ? numberFlag(values, 'report-timeout-ms', 0, { min: 1 })
       : undefined;
-    const reportThreadNice = numberFlag(values, 'report-thread-nice', DEFAULT_REPORT_THREAD_NICE, {
-      min: MIN_THREAD_NICE,
-      max: MAX_THREAD_NICE,
-      integer: true,
-    });
     const logger = createLogger({
       component: 'host',
       id,
@@ -131,7 +118,6 @@ export function run(argv: string[]): Promise<number> {
       metrics,
       logger,
       thread: 'worker',
-      reportThreadNice,
     });
     let limiter: ReturnType<typeof createGlobalLimiter>;
     try {

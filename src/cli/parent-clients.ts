@@ -25,8 +25,6 @@ export interface ParentClientsOptions {
    * (createWorkerControlClient); `caller` (the aggregator, which serves no requests): on this thread.
    */
   thread: 'worker' | 'caller';
-  /** With `thread: 'worker'`: the report threads' nice value (createWorkerControlClient's `threadNice`). */
-  reportThreadNice?: number;
 }
 
 /**
@@ -73,7 +71,6 @@ export async function createParentClients(
   const clients = targets.map((target) =>
     createWorkerControlClient(target, {
       ...grpcOptions,
-      ...(options.reportThreadNice === undefined ? {} : { threadNice: options.reportThreadNice }),
       onWorkerError(error) {
         logger.warn(
           { parent: target, err: error.message },
@@ -98,17 +95,6 @@ export async function createParentClients(
     throw error;
   } finally {
     clearTimeout(timer);
-  }
-  for (const client of clients) {
-    const priority = client.threadPriority();
-    if (priority?.lowered) {
-      logger.debug({ parent: client.target, tid: priority.tid, nice: priority.nice }, 'report thread running');
-    } else if (priority !== undefined && options.reportThreadNice !== 0) {
-      logger.warn(
-        { parent: client.target, reason: priority.reason },
-        'report thread running at the process priority: its reports compete with requests for the CPU',
-      );
-    }
   }
   return clients.map((client) => instrumentControlClient(client, metrics));
 }

@@ -90,7 +90,6 @@ export function run(argv: string[]): Promise<number> {
         ? await createParentClients(rules.backend.aggregators, {
             authToken,
             intervalMs: rules.backend.intervalMs,
-            reportThreadNice: rules.backend.reportThreadNice,
             metrics,
             logger,
             thread: 'worker',

@@ -1,16 +1,14 @@
 // The worker thread behind createWorkerControlClient: one gRPC ControlClient, driven by messages.
-import { stat } from 'node:fs/promises';
 import { parentPort, workerData } from 'node:worker_threads';
 import type { Cancellable } from '../core/clock.js';
 import { ErrorCode, isSpillwayError } from '../core/errors.js';
 import { createGrpcControlClient } from './grpc-control-client.js';
-import { lowerThreadPriority } from './thread-priority.js';
 import type { FromWorker, ToWorker, WorkerInit } from './worker-control-client.js';
 
 const port = parentPort;
 if (port === null)
   throw new Error('control-client-worker.ts runs as a worker thread (createWorkerControlClient)');
-const { target, options, threadNice } = workerData as WorkerInit;
+const { target, options } = workerData as WorkerInit;
 const post = (message: FromWorker): void => port.postMessage(message);
 
 const client = createGrpcControlClient(target, {
@@ -28,6 +26,7 @@ const countConnections = (): void => {
   });
 };
 countConnections();
+post({ type: 'ready' });
 
 port.on('message', (message: ToWorker) => {
   switch (message.type) {
@@ -77,10 +76,3 @@ port.on('message', (message: ToWorker) => {
       return;
   }
 });
-
-// Threads inherit their creator's nice value, and libuv starts its pool (shared by the process,
-// e.g. for the main thread's file reads) from whichever thread first needs it. The main thread has
-// always started it by now (it read modules with it); a file operation here makes sure, before
-// this thread lowers its own priority, that no pool thread is created at the lowered one.
-await stat('/').catch(() => {});
-post({ type: 'ready', priority: lowerThreadPriority(threadNice) });

@@ -14,6 +14,5 @@ export { DEFAULT_MAX_MESSAGE_BYTES, REPORT_METHOD_PATH } from './grpc-control-se
 export type { InMemoryNetworkOptions, LinkOptions } from './in-memory-network.js';
 export { InMemoryNetwork } from './in-memory-network.js';
 export { decodeReportRequest, encodeReportResponse } from './report-codec.js';
-export type { ThreadPriority } from './thread-priority.js';
 export type { WorkerControlClient, WorkerControlClientOptions } from './worker-control-client.js';
-export { createWorkerControlClient, DEFAULT_REPORT_THREAD_NICE } from './worker-control-client.js';
+export { createWorkerControlClient } from './worker-control-client.js';

@@ -8,7 +8,6 @@ import {
   type GrpcReconnectEvent,
   validateGrpcControlClientOptions,
 } from './grpc-control-client.js';
-import { MAX_THREAD_NICE, MIN_THREAD_NICE, type ThreadPriority } from './thread-priority.js';
 
 /** The gRPC client options a worker thread can take: everything but the callback. */
 export type WorkerControlClientOptions = Omit<GrpcControlClientOptions, 'onReconnect'> & {
@@ -19,22 +18,7 @@ export type WorkerControlClientOptions = Omit<GrpcControlClientOptions, 'onRecon
    * on it were rejected with ERR_SPILLWAY_STORE_UNAVAILABLE. What it throws is ignored.
    */
   onWorkerError?: (error: Error) => void;
-  /**
-   * The report thread's Linux nice value, 0 to 19; default {@link DEFAULT_REPORT_THREAD_NICE}. 0 leaves
-   * it as the process's. A report's CPU (a few milliseconds, once a second) then goes to the
-   * process's request thread and its neighbours first when they compete for a CPU
-   * (docs/operations.md, "The report thread"). Other systems: ignored (see lowerThreadPriority).
-   */
-  threadNice?: number;
 };
-
-/**
- * Low enough that a report waits for requests on a contended CPU, high enough that a saturated
- * host still reports: against one normal thread per CPU, nice 10 keeps about 10% of a CPU (CFS
- * weights 110 against 1024), so a report's few milliseconds of CPU take tens of milliseconds, well
- * inside its deadline. At 19 (weight 15) they could take hundreds.
- */
-export const DEFAULT_REPORT_THREAD_NICE = 10;
 
 /** Messages to the worker. */
 export type ToWorker =
@@ -50,8 +34,7 @@ export type ToWorker =
  * established while the watch was on its way between the threads is not missed.
  */
 export type FromWorker =
-  /** `priority`: what lowering the thread's priority did (see `threadNice`). */
-  | { type: 'ready'; priority: ThreadPriority }
+  | { type: 'ready' }
   | { type: 'reply'; id: number; response: ReportResponse; connections: number }
   | {
       type: 'failed';
@@ -73,11 +56,6 @@ export interface WorkerControlClient extends ControlClient {
    * died first.
    */
   whenReady(): Promise<void>;
-  /**
-   * The running thread's priority as it set it (`lowered: false` with the reason when it did not),
-   * or undefined before it is ready. For logs: a `tid` is what `top -H` and `ps -L` show.
-   */
-  threadPriority(): ThreadPriority | undefined;
   /** For tests: the worker thread now, if one runs. */
   readonly [workerThread]: () => Worker | undefined;
 }
@@ -89,7 +67,6 @@ export const workerThread: unique symbol = Symbol('spillway.workerThread');
 export interface WorkerInit {
   target: string;
   options: Omit<GrpcControlClientOptions, 'onReconnect'>;
-  threadNice: number;
 }
 
 /**
@@ -131,17 +108,10 @@ export function createWorkerControlClient(
   target: string,
   options: WorkerControlClientOptions = {},
 ): WorkerControlClient {
-  const { onReconnect, onWorkerError, threadNice = DEFAULT_REPORT_THREAD_NICE, ...grpcOptions } = options;
+  const { onReconnect, onWorkerError, ...grpcOptions } = options;
   // Refused here, synchronously, as createGrpcControlClient would, rather than by the thread.
   validateGrpcControlClientOptions(grpcOptions);
-  if (!Number.isInteger(threadNice) || threadNice < MIN_THREAD_NICE || threadNice > MAX_THREAD_NICE) {
-    throw new SpillwayError(
-      ErrorCode.InvalidOption,
-      `threadNice must be an integer from ${MIN_THREAD_NICE} to ${MAX_THREAD_NICE}, got ${String(options.threadNice)}`,
-      { option: 'threadNice', value: options.threadNice },
-    );
-  }
-  const init: WorkerInit = { target, options: grpcOptions, threadNice };
+  const init: WorkerInit = { target, options: grpcOptions };
 
   interface Pending {
     resolve(response: ReportResponse): void;
@@ -156,7 +126,6 @@ export function createWorkerControlClient(
     isReady: boolean;
     /** The worker's connection count in its latest answer. */
     connections: number;
-    priority: ThreadPriority | undefined;
   }
   const pending = new Map<number, Pending>();
   const watchers = new Map<number, () => void>();
@@ -188,7 +157,6 @@ export function createWorkerControlClient(
     switch (message.type) {
       case 'ready':
         running.isReady = true;
-        running.priority = message.priority;
         startRetryMs = START_RETRY_MIN_MS;
         // Listening for its messages referenced the thread; from now on a report in flight keeps
         // the process alive (its guard timer), an idle client does not.
@@ -265,15 +233,7 @@ export function createWorkerControlClient(
     // Nobody need be waiting: a death before readiness is reported through the reports it fails.
     ready.catch(() => {});
     const thread = startWorker(init);
-    const running: Running = {
-      thread,
-      ready,
-      resolveReady,
-      rejectReady,
-      isReady: false,
-      connections: 0,
-      priority: undefined,
-    };
+    const running: Running = { thread, ready, resolveReady, rejectReady, isReady: false, connections: 0 };
     thread.on('message', (message: FromWorker) => onMessage(running, message));
     thread.on('error', (error) => onDeath(running, error));
     thread.on('exit', (code) => onDeath(running, new Error(`worker thread exited with code ${code}`)));
@@ -305,7 +265,6 @@ export function createWorkerControlClient(
         return Promise.reject(error);
       }
     },
-    threadPriority: () => current?.priority,
     [workerThread]: () => current?.thread,
     report(request: ReportRequest, { timeoutMs }: { timeoutMs: number }): Promise<ReportResponse> {
       return new Promise<ReportResponse>((resolve, reject) => {

@@ -98,20 +98,6 @@ describe('spillway subcommands: help and usage errors', () => {
         ['host', '--zone', 'z1', '--bucket', 'a=1,a=2', '--aggregator', '127.0.0.1:7071'],
         /'a' is given twice/,
       ],
-      [
-        [
-          'host',
-          '--zone',
-          'z1',
-          '--bucket',
-          'a=1',
-          '--aggregator',
-          '127.0.0.1:7071',
-          '--report-thread-nice',
-          '20',
-        ],
-        /--report-thread-nice must be an integer from 0 to 19, got '20'/,
-      ],
       [['aggregator', '--zone', 'z1', '--parent'], /--parent needs a value/],
       [
         ['aggregator', '--zone', 'z1', '--parent', '127.0.0.1:7070', '--frobnicate'],

@@ -164,25 +164,6 @@ describe('rules file', () => {
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');
     assert.equal(rules.buckets[0]!.key.source, 'a');
   });
-
-  it("takes the report thread's nice value for the global backend: 10 by default, 0 to 19", () => {
-    const global = (extra: string) =>
-      `version: 1\nupstream:\n  url: http://127.0.0.1:9000\nbackend:\n  kind: global\n  aggregators: ["127.0.0.1:7071"]\n  zone: z1\n${extra}buckets: []\n`;
-    const niceOf = (extra: string) => {
-      const { backend } = parseProxyRules(global(extra), 'r.yaml');
-      assert.equal(backend.kind, 'global');
-      return backend.reportThreadNice;
-    };
-    assert.equal(niceOf(''), 10);
-    assert.equal(niceOf('  reportThreadNice: 0\n'), 0);
-    assert.equal(niceOf('  reportThreadNice: 19\n'), 19);
-    assert.throws(
-      () => parseProxyRules(global('  reportThreadNice: 20\n'), 'r.yaml'),
-      (error: Error & { code?: string }) =>
-        error.code === 'ERR_SPILLWAY_INVALID_CONFIG' &&
-        /^r\.yaml:8:21: backend\.reportThreadNice: /.test(error.message),
-    );
-  });
 });
 
 describe('merging upstream RateLimit fields', () => {

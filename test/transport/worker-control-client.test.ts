@@ -1,7 +1,6 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, execFile, spawn } from 'node:child_process';
-import { existsSync, readdirSync, readFileSync } from 'node:fs';
-import { availableParallelism } from 'node:os';
+import { execFile } from 'node:child_process';
+import { existsSync, readdirSync } from 'node:fs';
 import { after, describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
 import { ErrorCode, SpillwayError } from '../../src/core/errors.js';
@@ -57,23 +56,6 @@ async function connect(target: string, options: Parameters<typeof createWorkerCo
   await client.whenReady();
   return client;
 }
-/** Each thread of this process (by tid) with its nice value, from /proc (field 19 of stat). */
-function threadNices(): Map<number, number> {
-  const nices = new Map<number, number>();
-  for (const tid of readdirSync('/proc/self/task')) {
-    let stat: string;
-    try {
-      stat = readFileSync(`/proc/self/task/${tid}/stat`, 'utf8');
-    } catch {
-      continue; // the thread ended meanwhile
-    }
-    // The name, in parentheses, may hold spaces: fields are counted after its closing one.
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    nices.set(Number(tid), Number(fields[16]));
-  }
-  return nices;
-}
-const onLinux = process.platform === 'linux';
 /** Threads of this process (worker threads are OS threads). */
 const threadCount = () => readdirSync('/proc/self/task').length;
 async function waitUntil(what: string, check: () => boolean, timeoutMs = 10_000): Promise<void> {
@@ -205,87 +187,6 @@ describe('gRPC control client on a worker thread', () => {
     assert.ok(elapsedMs < 1_000, `settled after ${elapsedMs} ms`);
     await client.whenReady();
     assert.equal((await client.report(reportOf(), { timeoutMs: 5_000 })).directives.length, 1);
-  });
-
-  it('runs its thread alone at nice 10 by default: every other thread of the process keeps its priority', {
-    skip: onLinux ? false : 'per-thread priority is Linux only',
-  }, async () => {
-    const before = threadNices();
-    const server = await serve(answer);
-    const client = await connect(server.address);
-    const priority = client.threadPriority();
-    assert.ok(priority?.lowered, `lowered: ${JSON.stringify(priority)}`);
-    assert.equal(priority.nice, 10);
-    // A report makes the thread use the network and libuv's pool (the pool must not have been
-    // started from the lowered thread, or its threads would inherit nice 10).
-    const response = await client.report(reportOf(), { timeoutMs: 5_000 });
-    assert.equal(response.directives[0]?.dropRatio, 0.25);
-    const after = threadNices();
-    assert.equal(after.get(priority.tid), 10, 'the report thread, seen from /proc');
-    for (const [tid, nice] of after) {
-      if (tid === priority.tid) continue;
-      assert.equal(nice, before.get(tid) ?? before.get(process.pid), `thread ${tid} keeps its priority`);
-    }
-  });
-
-  it('takes the nice value it is given; 0 leaves the thread as the process', {
-    skip: onLinux ? false : 'per-thread priority is Linux only',
-  }, async () => {
-    const server = await serve(answer);
-    const seven = await connect(server.address, { threadNice: 7 });
-    const priority = seven.threadPriority();
-    assert.ok(priority?.lowered);
-    assert.equal(threadNices().get(priority.tid), 7);
-    const zero = await connect(server.address, { threadNice: 0 });
-    assert.deepEqual(zero.threadPriority(), { lowered: false, reason: 'nice 0 asked for' });
-    await zero.report(reportOf(), { timeoutMs: 5_000 });
-  });
-
-  it('still reports, well inside the deadline, with every CPU busy with normal-priority work', {
-    skip: onLinux ? false : 'per-thread priority is Linux only',
-  }, async () => {
-    const server = await serve(answer);
-    const client = await connect(server.address);
-    assert.equal(client.threadPriority()?.lowered, true);
-    // One more spinning process than there are CPUs, each at the normal priority.
-    const hogs: ChildProcess[] = Array.from({ length: availableParallelism() + 1 }, () =>
-      spawn(process.execPath, ['-e', 'for (;;) {}'], { stdio: 'ignore' }),
-    );
-    try {
-      const spinning = (hog: ChildProcess) => {
-        try {
-          const stat = readFileSync(`/proc/${hog.pid}/stat`, 'utf8');
-          return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[11]) > 10; // utime, ticks
-        } catch {
-          return false;
-        }
-      };
-      await waitUntil('the spinning processes to be running', () => hogs.every(spinning));
-      const tookMs: number[] = [];
-      for (let i = 0; i < 5; i++) {
-        const started = performance.now();
-        await client.report(reportOf(), { timeoutMs: 2_000 });
-        tookMs.push(Math.round(performance.now() - started));
-      }
-      // A report is a few ms of CPU; at nice 10 it gets about a tenth of a CPU against these.
-      assert.ok(Math.max(...tookMs) < 1_000, `report round trips: ${tookMs.join(', ')} ms`);
-    } finally {
-      for (const hog of hogs) hog.kill('SIGKILL');
-    }
-  });
-
-  it('refuses a nice value outside 0 to 19 with ERR_SPILLWAY_INVALID_OPTION', () => {
-    for (const threadNice of [-1, 20, 2.5, Number.NaN]) {
-      assert.throws(
-        () => createWorkerControlClient('127.0.0.1:1', { threadNice }),
-        (error: unknown) =>
-          error instanceof SpillwayError &&
-          error.code === ErrorCode.InvalidOption &&
-          error.details?.option === 'threadNice' &&
-          /from 0 to 19/.test(error.message),
-        String(threadNice),
-      );
-    }
   });
 
   it('refuses bad options at once, on the calling thread, as the in-thread client does', () => {

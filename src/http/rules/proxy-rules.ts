@@ -71,8 +71,6 @@ const backendSchema = z.discriminatedUnion('kind', [
     zone: z.string().min(1),
     region: z.string().min(1).optional(),
     intervalMs: z.number().int().min(50).max(60_000).default(1_000),
-    /** Nice value of the threads that send reports (Linux): 0 to 19, 0 leaves them as the process. */
-    reportThreadNice: z.number().int().min(0).max(19).default(10),
     /**
      * What the proxy does with a bucket's ratio once its directive is stale (the control plane is
      * unreachable): docs/proxy.md. Absent: hold 3 intervals, then decay to 0 over 10 s.
