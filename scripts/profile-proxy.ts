@@ -8,6 +8,10 @@
 //        [--baseline DIR] [--body-bytes N] [--cpu-prof DIR] [--top 40]
 //   node --import tsx scripts/profile-proxy.ts summarize FILE.cpuprofile [--top 40]
 //
+// For each proxy, its request thread's garbage collection pauses during the fixed-rate run, from
+// its own /metrics (spillway_nodejs_gc_duration_seconds): pauses per second, milliseconds paused per
+// second, and pauses over 5 ms per minute.
+//
 // Every process is separate: upstream (node:http, 200 "ok"), the proxy (the CLI, from source),
 // autocannon (50 keep-alive connections) and, for `global`, one controller and one aggregator.
 // `local` is a local-backend bucket (one key, limit far above the load); `global` one global
@@ -23,7 +27,7 @@ import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { cpuSeconds, proxyRules, runOkUpstream } from '../bench/http-probes.js';
 import { median } from '../bench/paired-stats.js';
-import { readListening } from '../test/integration/spillway-process.js';
+import { readListening, scrape } from '../test/integration/spillway-process.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -186,11 +190,16 @@ interface Target {
   name: string;
   pid: number;
   url: string;
+  /** The proxy's ops address, for its GC metrics; none for the upstream. */
+  ops: string | undefined;
   child: ChildProcess | undefined;
   profDir: string | undefined;
 }
 
 interface Summary {
+  gcPerSec: number[];
+  gcPausedMsPerSec: number[];
+  gcOver5msPerMin: number[];
   fixedCpuUsPerReq: number[];
   maxCpuUsPerReq: number[];
   maxReqPerSec: number[];
@@ -272,6 +281,7 @@ async function main(argv: string[]): Promise<void> {
           name: id,
           pid: upstream.child.pid!,
           url: `http://${upstreamAddress}/`,
+          ops: undefined,
           child: undefined,
           profDir: undefined,
         });
@@ -313,6 +323,7 @@ async function main(argv: string[]): Promise<void> {
           name,
           pid: proxy.child.pid!,
           url: `http://${String(proxy.listening.proxy)}/`,
+          ops: String(proxy.listening.ops),
           child: proxy.child,
           profDir: caseProfDir,
         });
@@ -326,7 +337,12 @@ async function main(argv: string[]): Promise<void> {
     }
     for (let round = 0; round < rounds; round++) {
       for (const target of targets) {
+        const gcBefore = target.ops === undefined ? undefined : await scrape(target.ops);
         const fixed = await measure(target.pid, target.url, connections, durationSec, rate);
+        const gc =
+          gcBefore === undefined
+            ? undefined
+            : gcPauses(gcBefore, await scrape(target.ops!), fixed.durationSec);
         const max = await measure(target.pid, target.url, connections, maxDurationSec, 0);
         const row = {
           case: target.name,
@@ -335,6 +351,10 @@ async function main(argv: string[]): Promise<void> {
           fixedReqPerSec: Math.round(fixed.requests / fixed.durationSec),
           fixedP50Ms: fixed.p50Ms,
           fixedP99Ms: fixed.p99Ms,
+          gcPerSec: gc?.perSecond,
+          gcPausedMsPerSec: gc?.pausedMsPerSecond,
+          gcOver5msPerMin: gc?.over5msPerMinute,
+          gcByKind: gc?.byKind,
           maxCpuUsPerReq: Math.round(max.cpuUsPerRequest),
           maxReqPerSec: Math.round(max.requests / max.durationSec),
           non2xx: fixed.other + max.other,
@@ -343,10 +363,18 @@ async function main(argv: string[]): Promise<void> {
         };
         process.stdout.write(`${JSON.stringify(row)}\n`);
         const summary = summaries.get(target.name) ?? {
+          gcPerSec: [],
+          gcPausedMsPerSec: [],
+          gcOver5msPerMin: [],
           fixedCpuUsPerReq: [],
           maxCpuUsPerReq: [],
           maxReqPerSec: [],
         };
+        if (gc !== undefined) {
+          summary.gcPerSec.push(gc.perSecond);
+          summary.gcPausedMsPerSec.push(gc.pausedMsPerSecond);
+          summary.gcOver5msPerMin.push(gc.over5msPerMinute);
+        }
         summary.fixedCpuUsPerReq.push(row.fixedCpuUsPerReq);
         summary.maxCpuUsPerReq.push(row.maxCpuUsPerReq);
         summary.maxReqPerSec.push(row.maxReqPerSec);
@@ -354,11 +382,13 @@ async function main(argv: string[]): Promise<void> {
       }
     }
     process.stdout.write(
-      '\nmedians over rounds:\n| case | CPU µs/req at fixed rate | CPU µs/req at max | max req/s |\n|---|---:|---:|---:|\n',
+      "\nmedians over rounds (GC: the proxy's request thread during the fixed-rate run):\n| case | CPU µs/req at fixed rate | CPU µs/req at max | max req/s | GC pauses/s | ms paused/s | pauses > 5 ms per min |\n|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for (const [name, s] of summaries) {
+      const gc = (values: number[], digits: number) =>
+        values.length === 0 ? '' : median(values).toFixed(digits);
       process.stdout.write(
-        `| ${name} | ${Math.round(median(s.fixedCpuUsPerReq))} | ${Math.round(median(s.maxCpuUsPerReq))} | ${Math.round(median(s.maxReqPerSec))} |\n`,
+        `| ${name} | ${Math.round(median(s.fixedCpuUsPerReq))} | ${Math.round(median(s.maxCpuUsPerReq))} | ${Math.round(median(s.maxReqPerSec))} | ${gc(s.gcPerSec, 2)} | ${gc(s.gcPausedMsPerSec, 2)} | ${gc(s.gcOver5msPerMin, 1)} |\n`,
       );
     }
     for (const target of targets) {
@@ -385,6 +415,52 @@ async function main(argv: string[]): Promise<void> {
       .map((l) => l.toFixed(2))
       .join(' / ')} at the end\n`,
   );
+}
+
+/**
+ * Garbage collection pauses of the proxy's request thread between two scrapes of its /metrics
+ * (prom-client's spillway_nodejs_gc_duration_seconds, buckets GC_PAUSE_BUCKETS_S in
+ * src/ops/metrics.ts; every kind: scavenges, mark-compact, incremental steps). Each pause stops the
+ * event loop: requests arriving during it wait.
+ */
+function gcPauses(
+  before: Map<string, number>,
+  after: Map<string, number>,
+  seconds: number,
+): {
+  perSecond: number;
+  pausedMsPerSecond: number;
+  over5msPerMinute: number;
+  /** By kind (minor: scavenges; major: mark-compact; incremental: marking steps): count/s and ms/s. */
+  byKind: Record<string, { perSecond: number; pausedMsPerSecond: number }>;
+} {
+  const name = 'spillway_nodejs_gc_duration_seconds';
+  const kinds: Record<string, { count: number; sumS: number }> = {};
+  let atMost5ms = 0;
+  for (const [key, value] of after) {
+    if (!key.startsWith(name)) continue;
+    const delta = value - (before.get(key) ?? 0);
+    const kind = /kind="([^"]+)"/.exec(key)?.[1] ?? 'unknown';
+    const entry = kinds[kind] ?? { count: 0, sumS: 0 };
+    kinds[kind] = entry;
+    if (key.startsWith(`${name}_count`)) entry.count += delta;
+    else if (key.startsWith(`${name}_sum`)) entry.sumS += delta;
+    else if (key.startsWith(`${name}_bucket`) && key.includes('le="0.005"')) atMost5ms += delta;
+  }
+  const all = Object.values(kinds);
+  const count = all.reduce((total, k) => total + k.count, 0);
+  const sumS = all.reduce((total, k) => total + k.sumS, 0);
+  return {
+    perSecond: count / seconds,
+    pausedMsPerSecond: (sumS * 1000) / seconds,
+    over5msPerMinute: ((count - atMost5ms) * 60) / seconds,
+    byKind: Object.fromEntries(
+      Object.entries(kinds).map(([kind, k]) => [
+        kind,
+        { perSecond: k.count / seconds, pausedMsPerSecond: (k.sumS * 1000) / seconds },
+      ]),
+    ),
+  };
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import { ReportRequestSchema, ReportResponseSchema } from '../../src/gen/spillwa
 import { instrumentControlClient } from '../../src/ops/instrument-control-client.js';
 import { instrumentReportHandler } from '../../src/ops/instrument-report-handler.js';
 import { createLogger, parseLogLevel } from '../../src/ops/logger.js';
-import { createMetrics } from '../../src/ops/metrics.js';
+import { createMetrics, GC_PAUSE_BUCKETS_S } from '../../src/ops/metrics.js';
 import { startOpsServer } from '../../src/ops/ops-server.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
 
@@ -64,6 +64,31 @@ describe('createMetrics', () => {
   it('exports process metrics with the spillway_ prefix by default', async () => {
     const metrics = createMetrics({ component: 'controller', id: 'c1' });
     assert.match(await metrics.registry.metrics(), /^spillway_process_cpu_user_seconds_total /m);
+  });
+
+  it('times garbage collection pauses in buckets fine enough to tell 2 ms from 9 ms', async () => {
+    const metrics = createMetrics({ component: 'proxy', id: 'p1' });
+    const bucketsSeen = async () => {
+      const text = await metrics.registry.metrics();
+      return [
+        ...text.matchAll(/^spillway_nodejs_gc_duration_seconds_bucket\{le="([^"]+)",kind="minor"\}/gm),
+      ].map((m) => Number(m[1]));
+    };
+    // Young-generation collections happen as this allocates; the histogram hears of them a little later.
+    const deadline = Date.now() + 10_000;
+    let seen: number[] = [];
+    while (seen.length === 0 && Date.now() < deadline) {
+      let garbage: object[] = [];
+      for (let i = 0; i < 200_000; i++) garbage.push({ i });
+      garbage = [];
+      await new Promise((resolve) => setTimeout(resolve, 20));
+      seen = await bucketsSeen();
+    }
+    assert.deepEqual(
+      seen.filter((le) => Number.isFinite(le)),
+      GC_PAUSE_BUCKETS_S,
+    );
+    assert.ok(GC_PAUSE_BUCKETS_S.includes(0.002) && GC_PAUSE_BUCKETS_S.includes(0.005));
   });
 });
 
