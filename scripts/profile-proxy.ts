@@ -197,9 +197,8 @@ interface Target {
 }
 
 interface Summary {
-  gcPerSec: number[];
-  gcPausedMsPerSec: number[];
-  gcOver5msPerMin: number[];
+  /** One per round, for proxies (none for the upstream). */
+  gc: GcPauses[];
   fixedCpuUsPerReq: number[];
   maxCpuUsPerReq: number[];
   maxReqPerSec: number[];
@@ -363,18 +362,12 @@ async function main(argv: string[]): Promise<void> {
         };
         process.stdout.write(`${JSON.stringify(row)}\n`);
         const summary = summaries.get(target.name) ?? {
-          gcPerSec: [],
-          gcPausedMsPerSec: [],
-          gcOver5msPerMin: [],
+          gc: [],
           fixedCpuUsPerReq: [],
           maxCpuUsPerReq: [],
           maxReqPerSec: [],
         };
-        if (gc !== undefined) {
-          summary.gcPerSec.push(gc.perSecond);
-          summary.gcPausedMsPerSec.push(gc.pausedMsPerSecond);
-          summary.gcOver5msPerMin.push(gc.over5msPerMinute);
-        }
+        if (gc !== undefined) summary.gc.push(gc);
         summary.fixedCpuUsPerReq.push(row.fixedCpuUsPerReq);
         summary.maxCpuUsPerReq.push(row.maxCpuUsPerReq);
         summary.maxReqPerSec.push(row.maxReqPerSec);
@@ -385,10 +378,10 @@ async function main(argv: string[]): Promise<void> {
       "\nmedians over rounds (GC: the proxy's request thread during the fixed-rate run):\n| case | CPU µs/req at fixed rate | CPU µs/req at max | max req/s | GC pauses/s | ms paused/s | pauses > 5 ms per min |\n|---|---:|---:|---:|---:|---:|---:|\n",
     );
     for (const [name, s] of summaries) {
-      const gc = (values: number[], digits: number) =>
-        values.length === 0 ? '' : median(values).toFixed(digits);
+      const gc = (pick: (pauses: GcPauses) => number, digits: number) =>
+        s.gc.length === 0 ? '' : median(s.gc.map(pick)).toFixed(digits);
       process.stdout.write(
-        `| ${name} | ${Math.round(median(s.fixedCpuUsPerReq))} | ${Math.round(median(s.maxCpuUsPerReq))} | ${Math.round(median(s.maxReqPerSec))} | ${gc(s.gcPerSec, 2)} | ${gc(s.gcPausedMsPerSec, 2)} | ${gc(s.gcOver5msPerMin, 1)} |\n`,
+        `| ${name} | ${Math.round(median(s.fixedCpuUsPerReq))} | ${Math.round(median(s.maxCpuUsPerReq))} | ${Math.round(median(s.maxReqPerSec))} | ${gc((p) => p.perSecond, 2)} | ${gc((p) => p.pausedMsPerSecond, 2)} | ${gc((p) => p.over5msPerMinute, 1)} |\n`,
       );
     }
     for (const target of targets) {
@@ -423,17 +416,15 @@ async function main(argv: string[]): Promise<void> {
  * src/ops/metrics.ts; every kind: scavenges, mark-compact, incremental steps). Each pause stops the
  * event loop: requests arriving during it wait.
  */
-function gcPauses(
-  before: Map<string, number>,
-  after: Map<string, number>,
-  seconds: number,
-): {
+interface GcPauses {
   perSecond: number;
   pausedMsPerSecond: number;
   over5msPerMinute: number;
   /** By kind (minor: scavenges; major: mark-compact; incremental: marking steps): count/s and ms/s. */
   byKind: Record<string, { perSecond: number; pausedMsPerSecond: number }>;
-} {
+}
+
+function gcPauses(before: Map<string, number>, after: Map<string, number>, seconds: number): GcPauses {
   const name = 'spillway_nodejs_gc_duration_seconds';
   const kinds: Record<string, { count: number; sumS: number }> = {};
   let atMost5ms = 0;
