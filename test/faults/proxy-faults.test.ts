@@ -562,6 +562,8 @@ buckets:
         : undefined,
     { timeoutMs: 10_000, everyMs: 100 },
   );
+  const warmMs = performance.now();
+  const warm = { open: await decisions(open.process), closed: await decisions(closed.process) };
   await sleep(1_500);
   const steadyFrom = performance.now() - 1_000;
   const before = { open: await decisions(open.process), closed: await decisions(closed.process) };
@@ -617,31 +619,49 @@ buckets:
     pausedOpen.length >= (0.8 * REDIS_RPS * (pausedUntilMs - pauseMs)) / 1000,
     `load during the pause: ${pausedOpen.length}`,
   );
+  // What this machine adds to a request with Redis healthy is not charged to the timeout: on a VM
+  // losing CPU time to steal, clean-clone CI (9eb42a2) saw one request of the pause answered in
+  // 391 ms (bound 300 ms) with a steady-phase latency max of 123 ms, and another run a steady max of
+  // 312 ms. A call that waited for Redis instead would take the rest of the 2 s pause.
+  const machineMs = maxLatency(steadyOpen);
+  const latencyBoundMs = REDIS_TIMEOUT_MS + LATENCY_SLACK_MS + machineMs;
   for (const a of pausedOpen) {
     assert.equal(a.status, 200, 'fail open: admitted while Redis is paused');
     assert.ok(
-      a.latencyMs <= REDIS_TIMEOUT_MS + LATENCY_SLACK_MS,
-      `answered in ${a.latencyMs.toFixed(1)} ms, bound ${REDIS_TIMEOUT_MS} + ${LATENCY_SLACK_MS}`,
+      a.latencyMs <= latencyBoundMs,
+      `answered in ${a.latencyMs.toFixed(1)} ms, bound ${REDIS_TIMEOUT_MS} + ${LATENCY_SLACK_MS} + ${machineMs.toFixed(1)} (steady max)`,
     );
   }
   for (const a of pausedClosed) {
     assert.equal(a.status, 429, 'fail closed: rejected while Redis is paused');
     assert.equal(a.retryAfter, '1', 'fail closed: Retry-After of FAIL_CLOSED_RETRY_AFTER_MS');
-    assert.ok(a.latencyMs <= REDIS_TIMEOUT_MS + LATENCY_SLACK_MS, `answered in ${a.latencyMs.toFixed(1)} ms`);
+    assert.ok(a.latencyMs <= latencyBoundMs, `answered in ${a.latencyMs.toFixed(1)} ms`);
   }
   // Every request of the pause was decided by the fail policy, and counted as such.
   assert.ok(afterResume.open.failOpen - before.open.failOpen >= pausedOpen.length);
   assert.ok(afterResume.closed.failClosed - before.closed.failClosed >= pausedClosed.length);
-  // Limits apply again: Redis decides (a call may still time out now and then on a loaded machine,
-  // 50 ms is tight), and rejects past the limit.
+  // Limits apply again: Redis decides, and rejects past the limit. A call may still time out now and
+  // then on a loaded machine (50 ms is tight): as often as it did in the steady phase before the
+  // pause, twice over, or 10% of the requests, whichever is more (it was 2%: clean-clone CI at
+  // 6cd2632, on a VM losing CPU time to steal, saw 26 of 405, with a steady-phase latency max of
+  // 312 ms). A proxy still stuck on its fail policy would decide them all.
+  const steadyCount = (load: HttpLoad) => between(load.answers, warmMs, pauseMs).length;
+  const steadyOpenShare = (before.open.failOpen - warm.open.failOpen) / Math.max(1, steadyCount(loadOpen));
+  const steadyClosedShare =
+    (before.closed.failClosed - warm.closed.failClosed) / Math.max(1, steadyCount(loadClosed));
   const lateOpen = between(loadOpen.answers, resumeMs + 500, endMs).length;
   const lateClosed = between(loadClosed.answers, resumeMs + 500, endMs).length;
+  t.diagnostic(
+    `fail-policy decisions with Redis healthy before the pause: fail-open proxy ${percent(steadyOpenShare)}, fail-closed proxy ${percent(steadyClosedShare)}`,
+  );
   assert.ok(
-    atEnd.open.failOpen - afterResume.open.failOpen <= Math.max(3, 0.02 * lateOpen),
+    atEnd.open.failOpen - afterResume.open.failOpen <=
+      Math.max(3, 0.1 * lateOpen, 2 * steadyOpenShare * lateOpen),
     `Redis decides again: ${atEnd.open.failOpen - afterResume.open.failOpen} fail-open decisions of ${lateOpen} requests after the resume`,
   );
   assert.ok(
-    atEnd.closed.failClosed - afterResume.closed.failClosed <= Math.max(3, 0.02 * lateClosed),
+    atEnd.closed.failClosed - afterResume.closed.failClosed <=
+      Math.max(3, 0.1 * lateClosed, 2 * steadyClosedShare * lateClosed),
     `Redis decides again: ${atEnd.closed.failClosed - afterResume.closed.failClosed} fail-closed decisions of ${lateClosed} requests after the resume`,
   );
   // Nothing of the pause is charged after it: before per-call deadlines, the backlog of timed-out
