@@ -43,7 +43,11 @@ const MANY_KEYS = Array.from({ length: 1_000 }, (_, i) => `api:caller=tenant-${i
  * A limiter whose buckets all hold a directive (ratio 0.3, a TTL that does not run out in virtual
  * time), delivered through the real reporter over the in-memory network.
  */
-async function limiterWithDirectives(mode: Mode, burstGuard: boolean): Promise<GlobalLimiter> {
+async function limiterWithDirectives(
+  mode: Mode,
+  burstGuard: boolean,
+  guardSetup: { realTime?: boolean; warmupCost?: number } = {},
+): Promise<GlobalLimiter> {
   const clock = new ManualClock(0);
   const network = new InMemoryNetwork({ scheduler: clock });
   network.listen('agg', (request) =>
@@ -54,7 +58,6 @@ async function limiterWithDirectives(mode: Mode, burstGuard: boolean): Promise<G
           bucket: b.bucket,
           dropRatio: DROP_RATIO,
           mode,
-          // With the guard on, a limit far above the load: the guard is armed but never short.
           limitRps: 1e15,
           offeredRps: 1,
           epoch: 1n,
@@ -67,12 +70,19 @@ async function limiterWithDirectives(mode: Mode, burstGuard: boolean): Promise<G
   const limiter = createGlobalLimiter({
     reporterId: 'bench',
     clients: [network.connect('agg')],
-    scheduler: clock,
+    // Without a scheduler the limiter runs on real time and its guard reads the shared coarse
+    // clock, as in production; directives still arrive over the manual clock's network.
+    ...(guardSetup.realTime ? {} : { scheduler: clock }),
     burstGuard: burstGuard ? {} : false,
   });
-  limiter.allow(HOT_KEY);
+  // The guard's allowance is the hot key's rate in the report times (1 - ratio): a warmup cost of
+  // 1e12 units makes it 7e11 units a second, so the armed guard's detector never reads the clock
+  // nor trips in the loop below; a cost of 1 makes it 0.7, so the detector trips at once.
+  limiter.allow(HOT_KEY, guardSetup.warmupCost ?? 1);
   for (const key of MANY_KEYS) limiter.allow(key);
   clock.advance(1_000);
+  // A report measures a rate over at least half an interval of the limiter's own clock.
+  if (guardSetup.realTime) await sleep(1_000);
   const flushed = limiter.flush();
   for (let i = 0; i < 10; i++) {
     clock.advance(0);
@@ -89,11 +99,13 @@ async function limiterWithDirectives(mode: Mode, burstGuard: boolean): Promise<G
 
 const enforce = await limiterWithDirectives(Mode.ENFORCE, false);
 const shadow = await limiterWithDirectives(Mode.SHADOW, false);
-const guarded = await limiterWithDirectives(Mode.ENFORCE, true);
+const guarded = await limiterWithDirectives(Mode.ENFORCE, true, { warmupCost: 1e12 });
+const tripped = await limiterWithDirectives(Mode.ENFORCE, true, { realTime: true });
 const noDirective = createGlobalLimiter({ reporterId: 'bench', clients: [], scheduler: new ManualClock(0) });
 const enforceHandle = enforce.bucket(HOT_KEY);
 const shadowHandle = shadow.bucket(HOT_KEY);
 const guardedHandle = guarded.bucket(HOT_KEY);
+const trippedHandle = tripped.bucket(HOT_KEY);
 const openHandle = noDirective.bucket(HOT_KEY);
 const rateLimiterMemory = new RateLimiterMemory({ points: 1e12, duration: 1 });
 
@@ -142,6 +154,11 @@ const loops = {
   guardedHandle(calls: number): void {
     let admitted = 0;
     for (let i = 0; i < calls; i++) if (guardedHandle.allow()) admitted++;
+    sink.admitted += admitted;
+  },
+  trippedHandle(calls: number): void {
+    let admitted = 0;
+    for (let i = 0; i < calls; i++) if (trippedHandle.allow()) admitted++;
     sink.admitted += admitted;
   },
 };
@@ -243,7 +260,18 @@ results.push(await measureSync('byKeyOneKey', '(b) `limiter.allow(key)`, one key
 results.push(await measureSync('byKeyManyKeys', '(b2) `limiter.allow(key)`, 1,000 keys, ratio 0.3', true));
 results.push(await measureSync('shadowHandle', '(c) `handle.allow()`, shadow, ratio 0.3', true));
 results.push(
-  await measureSync('guardedHandle', '(d) `handle.allow()`, enforce + burst guard armed, ratio 0.3', true),
+  await measureSync(
+    'guardedHandle',
+    '(d) `handle.allow()`, enforce + burst guard armed, ratio 0.3 (a busy bucket: its detector reads the clock once per 6.25 ms of allowance, never in this loop)',
+    true,
+  ),
+);
+results.push(
+  await measureSync(
+    'trippedHandle',
+    '(d2) `handle.allow()`, burst guard tripped, 0.7 rps allowance, default clock (the shared 1 ms coarse clock): two clock reads a call, the most a guarded call costs',
+    true,
+  ),
 );
 results.push(await measureRateLimiterMemory());
 const loadAfter = os.loadavg();
@@ -258,6 +286,7 @@ const hotPaths = [
   'byKeyManyKeys',
   'shadowHandle',
   'guardedHandle',
+  'trippedHandle',
 ];
 const targets = {
   handleAtMost25Ns: ns('handle') <= TARGET_HANDLE_NS,
@@ -310,7 +339,7 @@ ${RLM_ROUNDS} rounds of ${RLM_CALLS.toLocaleString('en-US')} calls; rate-limiter
 Every bucket holds a directive with drop ratio ${DROP_RATIO} delivered by the real reporter over the in-memory
 network, so each decision is the full hot path: cost check, offered bump, one xorshift32 draw
 (the bucket's own generator, seeded from the injected RNG) against the ratio, admitted/dropped bump
-(shadow: would-drop bump; guard: token take). The by-key floor (m) is the least any keyed limiter
+(shadow: would-drop bump; guard: a counter and, every few units, its detector; tripped: token take). The by-key floor (m) is the least any keyed limiter
 pays: a Map lookup and one write to what it found. The floor (f) is what the naive form costs: one
 \`Math.random()\` draw and one increment — note its GC column: on this V8 every \`Math.random()\`
 result is a fresh heap number, which is why the hot path does not call it. RateLimiterMemory only

@@ -1,6 +1,6 @@
 // Regenerates docs/accuracy/*.json|svg and the generated part of docs/accuracy.md: every preset
 // scenario with all four variants, a ratio-policy comparison, local rescale on and off, a
-// burst-guard sizing comparison and a 10,000-host run. One command:
+// burst-guard detector comparison and a 10,000-host run. One command:
 //
 //   node --import tsx scripts/accuracy.ts            (1,000 hosts, the documented figures)
 //   node --import tsx scripts/accuracy.ts --quick    (100 hosts, a smoke run; writes to a temp dir)
@@ -11,6 +11,7 @@ import { cpus, tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import type { RatioPolicySpec } from '../src/config/index.js';
+import type { BurstGuardOptions } from '../src/global/index.js';
 import { presetNames, presetScenario } from '../src/sim/presets.js';
 import { runSimulation, type SimOptions, type SimResult } from '../src/sim/run-simulation.js';
 import {
@@ -80,7 +81,7 @@ for (const name of presetNames) {
   );
 }
 
-// 2. Ratio policies, 3. local rescale, 4. burst guard sizing, 5. a 10,000-host fleet.
+// 2. Ratio policies, 3. local rescale, 4. the burst guard detector, 5. a 10,000-host fleet.
 const extras: string[] = [];
 if (!values['skip-extras'] && !values.only) {
   const policies: Array<{ label: string; flag: string; spec: RatioPolicySpec }> = [
@@ -147,19 +148,21 @@ if (!values['skip-extras'] && !values.only) {
   );
 
   const guardRows: string[][] = [];
-  const guardSizings: Array<{
-    label: string;
-    flags: string[];
-    guard: { slackRatio?: number; burstWindowMs?: number };
-  }> = [
-    { label: 'slack 0.25, window = interval (default)', flags: [], guard: {} },
-    { label: 'slack 0.25, window 250 ms', flags: ['--guard-window-ms 250'], guard: { burstWindowMs: 250 } },
-    { label: 'slack 0.25, window 100 ms', flags: ['--guard-window-ms 100'], guard: { burstWindowMs: 100 } },
-    {
-      label: 'slack 0.15, window 100 ms',
-      flags: ['--guard-slack 0.15', '--guard-window-ms 100'],
-      guard: { slackRatio: 0.15, burstWindowMs: 100 },
-    },
+  // The detector's two constants around the defaults (drain 2.2x the allowance, trip at 6 units):
+  // a lower drain or trip level trips sooner (less overshoot) and more often on noise (steady
+  // undershoot), a higher one the reverse.
+  const guardSizings: Array<{ label: string; flags: string[]; guard: BurstGuardOptions }> = [
+    { label: 'drain 2.2, trip 6 units (default)', flags: [], guard: {} },
+    ...[1.8, 2.0, 2.5].map((drainFactor) => ({
+      label: `drain ${drainFactor}, trip 6 units`,
+      flags: [`--guard-drain-factor ${drainFactor}`],
+      guard: { drainFactor },
+    })),
+    ...[5, 8].map((tripUnits) => ({
+      label: `drain 2.2, trip ${tripUnits} units`,
+      flags: [`--guard-trip-units ${tripUnits}`],
+      guard: { tripUnits },
+    })),
   ];
   for (const scenario of ['step-3x', 'steady-1.5x']) {
     for (const sizing of guardSizings) {
@@ -174,9 +177,9 @@ if (!values['skip-extras'] && !values.only) {
     }
   }
   extras.push(
-    '### Burst guard sizing (guard variant)',
+    '### Burst guard detector (guard variant)',
     '',
-    markdownTable(['scenario', 'sizing', ...summaryColumns.slice(1), 'command'], guardRows),
+    markdownTable(['scenario', 'detector', ...summaryColumns.slice(1), 'command'], guardRows),
     '',
   );
 

@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util';
 import type { RatioPolicySpec } from '../config/index.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import type { BurstGuardOptions } from '../global/index.js';
 import { presetNames, presetScenario } from '../sim/presets.js';
 import { runSimulation } from '../sim/run-simulation.js';
 import { loadScenarioFile, type Scenario } from '../sim/scenario.js';
@@ -24,14 +25,24 @@ Options:
   --variants <list>        comma-separated: ${variantNames.join(',')} (default: all)
   --ratio-policy <spec>    ratio policy of the spillway and guard variants:
                            plain | ewma:<alpha> | corrected:<gain>[:<maxCorrection>]
-  --guard-slack <ratio>    burst guard slack over the host's share (guard variant)
-  --guard-window-ms <ms>   burst guard burst window (guard variant)
+  --guard-slack <ratio>    burst guard: tripped rate over the host's allowance (guard variant)
+  --guard-window-ms <ms>   burst guard: tripped bucket depth, in ms of allowance
+  --guard-trip-units <n>   burst guard: detector trip level, in units at least
+  --guard-drain-factor <x> burst guard: detector drain, in multiples of the allowance
   --out <dir>              write <scenario>.json and <scenario>.svg there (default ./spillway-sim)
   --no-files               print the table only
   --list                   list the presets
   --print-scenario         print the scenario as JSON (a template for custom files) and exit
   -h, --help               show this help
 `;
+
+/** The guard variant's tuning flags and the `BurstGuardOptions` field each sets. */
+const guardFlags = [
+  ['guard-slack', 'slackRatio'],
+  ['guard-window-ms', 'burstWindowMs'],
+  ['guard-trip-units', 'tripUnits'],
+  ['guard-drain-factor', 'drainFactor'],
+] as const satisfies ReadonlyArray<readonly [string, keyof BurstGuardOptions]>;
 
 export async function run(argv: string[]): Promise<number> {
   let values: ReturnType<typeof parse>['values'];
@@ -60,14 +71,11 @@ export async function run(argv: string[]): Promise<number> {
     const variants = parseVariants(values.variants);
     const ratioPolicy =
       values['ratio-policy'] === undefined ? undefined : parseRatioPolicy(values['ratio-policy']);
-    const burstGuard = {
-      ...(values['guard-slack'] === undefined
-        ? {}
-        : { slackRatio: number('--guard-slack', values['guard-slack']) }),
-      ...(values['guard-window-ms'] === undefined
-        ? {}
-        : { burstWindowMs: number('--guard-window-ms', values['guard-window-ms']) }),
-    };
+    const burstGuard: BurstGuardOptions = {};
+    for (const [flag, option] of guardFlags) {
+      const value = values[flag];
+      if (value !== undefined) burstGuard[option] = number(`--${flag}`, value);
+    }
     const result = await runSimulation(scenario, {
       seed: optionalInteger('--seed', values.seed) ?? 1,
       hosts: optionalInteger('--hosts', values.hosts),
@@ -120,6 +128,8 @@ function parse(argv: string[]) {
       'ratio-policy': { type: 'string' },
       'guard-slack': { type: 'string' },
       'guard-window-ms': { type: 'string' },
+      'guard-trip-units': { type: 'string' },
+      'guard-drain-factor': { type: 'string' },
       out: { type: 'string' },
       'no-files': { type: 'boolean' },
       list: { type: 'boolean' },

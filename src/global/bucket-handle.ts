@@ -2,9 +2,9 @@ import type { Clock, Random } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { type Directive, Mode } from '../gen/spillway/v1/control_pb.js';
-import { hostShareRps, type ResolvedBurstGuard } from './burst-guard.js';
+import { BurstGuard, type ResolvedBurstGuard } from './burst-guard.js';
 import { isNewerDirective } from './directive-order.js';
-import { localRescaleRatio } from './local-rescale.js';
+import { directiveAllowanceRps, localRescaleRatio } from './local-rescale.js';
 import { directiveHeld, type StalePolicy, staleDropRatio } from './stale-policy.js';
 
 export type BucketMode = 'enforce' | 'shadow';
@@ -36,6 +36,12 @@ export interface BucketHandle {
 /** What every bucket of one limiter shares; read off the hot path only. */
 export interface BucketContext {
   clock: Clock;
+  /**
+   * What the burst guard reads, up to once per call: the shared coarse clock by default (a platform
+   * clock read costs ~80 ns and allocates a heap number on Node 20), the injected scheduler when
+   * there is one (tests, the simulator).
+   */
+  guardClock: Clock;
   stalePolicy(): StalePolicy;
   burstGuard: ResolvedBurstGuard | undefined;
   /** Scale a fresh directive's ratio by the host's own rate change (src/global/local-rescale.ts). */
@@ -73,8 +79,8 @@ export class Bucket implements BucketHandle {
   /** xorshift32 state (int32, never 0). */
   rngState: number;
   shadow: boolean;
+  /** The burst guard is armed (it exists, enforce mode, a held directive, a measured allowance). */
   guarded = false;
-  guardTokens = 0;
 
   // Bumped per call, reset by the reporter every interval.
   windowOffered = 0;
@@ -130,9 +136,8 @@ export class Bucket implements BucketHandle {
   receivedAtMs = 0;
   expiresAtMs = 0;
 
-  guardCapacity = 0;
-  guardRefillPerMs = 0;
-  guardRefilledAtMs = 0;
+  /** The burst guard's state: only when the limiter has one (src/global/burst-guard.ts). */
+  readonly guard: BurstGuard | undefined;
 
   effectiveRatio = 0;
 
@@ -142,6 +147,7 @@ export class Bucket implements BucketHandle {
     this.rngState = seedFrom(random);
     this.shadow = context.defaultShadow;
     this.lastActiveMs = nowMs;
+    this.guard = context.burstGuard ? new BurstGuard(context.burstGuard, context.guardClock) : undefined;
   }
 
   get dropRatio(): number {
@@ -163,7 +169,7 @@ export class Bucket implements BucketHandle {
       const decision: Decision = {
         allowed: true,
         limit: this.limitRps,
-        remaining: this.guarded ? Math.max(0, this.guardTokens) : this.limitRps,
+        remaining: this.guarded && this.guard!.tripped ? Math.max(0, this.guard!.tokens) : this.limitRps,
         resetAtMs: nowMs,
         retryAfterMs: 0,
       };
@@ -172,9 +178,7 @@ export class Bucket implements BucketHandle {
     }
     // A ratio drop can only change with the next directive; a guard drop lasts until tokens refill.
     const retryAfterMs =
-      outcome === DROPPED_BY_GUARD && this.guardRefillPerMs > 0
-        ? Math.ceil(Math.max(0, cost - this.guardTokens) / this.guardRefillPerMs)
-        : this.context.intervalMs();
+      outcome === DROPPED_BY_GUARD ? this.guard!.retryAfterMs(cost) : this.context.intervalMs();
     return {
       allowed: false,
       limit: this.limitRps,
@@ -205,33 +209,12 @@ export class Bucket implements BucketHandle {
         return WOULD_DROP;
       }
     }
-    if (this.guarded) {
-      if (this.guardTokens < cost && !this.refillGuard(cost)) {
-        this.windowDroppedByGuard += cost;
-        return DROPPED_BY_GUARD;
-      }
-      this.guardTokens -= cost;
+    if (this.guarded && !this.guard!.pass(cost)) {
+      this.windowDroppedByGuard += cost;
+      return DROPPED_BY_GUARD;
     }
     this.windowAdmitted += cost;
     return ADMITTED;
-  }
-
-  /**
-   * The guard's only clock read, taken when tokens run short (a spike), not per call. Tokens are
-   * also refilled every report tick, which bounds what this lazy refill can over-credit to one
-   * interval of share.
-   */
-  refillGuard(cost: number): boolean {
-    this.topUpGuard(this.context.clock.nowMs());
-    return this.guardTokens >= cost;
-  }
-
-  topUpGuard(nowMs: number): void {
-    const elapsedMs = nowMs - this.guardRefilledAtMs;
-    if (elapsedMs > 0) {
-      this.guardTokens = Math.min(this.guardCapacity, this.guardTokens + elapsedMs * this.guardRefillPerMs);
-    }
-    this.guardRefilledAtMs = nowMs;
   }
 
   /** Record the host's offered rate measured by a report. */
@@ -317,31 +300,14 @@ export class Bucket implements BucketHandle {
     if (directive.mode === Mode.SHADOW) this.shadow = true;
     else if (directive.mode === Mode.ENFORCE) this.shadow = false;
     else this.shadow = this.context.defaultShadow;
-    this.sizeGuard(nowMs);
+    this.sizeGuard();
     this.refresh(nowMs);
     return true;
   }
 
-  sizeGuard(nowMs: number): void {
-    const guard = this.context.burstGuard;
-    if (!guard) return;
-    // The host's rate from the same window as the directive's fleet total: in a fleet-wide spike
-    // the host's newest rate over a total measured before it would grant every host the spike.
-    let shareRps = hostShareRps(
-      this.limitRps,
-      this.directiveHostOfferedRps,
-      this.globalOfferedRps,
-      guard.slackRatio,
-    );
-    const previousShareRps = this.guardRefillPerMs * 1000;
-    if (guard.maxShareGrowthRatio !== undefined && previousShareRps > 0) {
-      shareRps = Math.min(shareRps, previousShareRps * (1 + guard.maxShareGrowthRatio));
-    }
-    const burstWindowMs = guard.burstWindowMs ?? this.context.intervalMs();
-    this.topUpGuard(nowMs);
-    this.guardRefillPerMs = shareRps / 1000;
-    this.guardCapacity = this.guardRefillPerMs * burstWindowMs;
-    if (this.guardTokens > this.guardCapacity) this.guardTokens = this.guardCapacity;
+  /** From the host's rate over the same windows as the directive's fleet total (see `directiveHostOfferedRps`). */
+  sizeGuard(): void {
+    this.guard?.size(directiveAllowanceRps(this.directiveRatio, this));
   }
 
   setEffectiveRatio(ratio: number): void {
@@ -362,19 +328,15 @@ export class Bucket implements BucketHandle {
       ratio = localRescaleRatio(ratio, this, this.context.intervalMs());
     }
     this.setEffectiveRatio(ratio);
+    const guard = this.guard;
     const arm =
-      this.context.burstGuard !== undefined &&
+      guard !== undefined &&
       !this.shadow &&
-      this.guardCapacity > 0 &&
+      guard.capacity > 0 &&
       directiveHeld(policy, this.expiresAtMs, nowMs);
     if (arm) {
-      if (!this.guarded) {
-        // A freshly armed guard starts full: the share is a rate, the first burst is allowed.
-        this.guardTokens = this.guardCapacity;
-        this.guardRefilledAtMs = nowMs;
-      } else {
-        this.topUpGuard(nowMs);
-      }
+      if (this.guarded) guard.tick();
+      else guard.arm();
     }
     this.guarded = arm;
   }

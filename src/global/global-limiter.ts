@@ -3,6 +3,7 @@ import type { Random, Scheduler } from '../core/clock.js';
 import { systemScheduler } from '../core/clock.js';
 import type { Decision, SyncLimiter } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { coarseClock } from '../local/coarse-clock.js';
 import type { ControlClient } from '../transport/control-transport.js';
 import type { Bucket, BucketContext, BucketHandle, BucketMode } from './bucket-handle.js';
 import { BucketTable } from './bucket-table.js';
@@ -84,7 +85,13 @@ export interface BucketSnapshot {
   epoch: number;
   version: number;
   guardArmed: boolean;
+  /** The burst guard's detector has tripped: the guard's token bucket decides calls. */
+  guardTripped: boolean;
+  /** What the held directive lets this host admit, which the tripped guard holds it to (0: unsized). */
+  guardAllowanceRps: number;
+  /** Depth of the tripped guard's token bucket. */
   guardCapacity: number;
+  /** Its tokens (negative: still paying back what the host admitted over its allowance before the trip). */
   guardTokens: number;
   pinned: boolean;
 }
@@ -201,8 +208,10 @@ function snapshotBucket(bucket: Bucket, nowMs: number): BucketSnapshot {
     epoch: Number(bucket.epoch),
     version: Number(bucket.version),
     guardArmed: bucket.guarded,
-    guardCapacity: bucket.guardCapacity,
-    guardTokens: bucket.guardTokens,
+    guardTripped: bucket.guarded && bucket.guard!.tripped,
+    guardAllowanceRps: bucket.guard?.allowanceRps ?? 0,
+    guardCapacity: bucket.guard?.capacity ?? 0,
+    guardTokens: bucket.guard?.tokens ?? 0,
     pinned: bucket.pinned,
   };
 }
@@ -265,6 +274,7 @@ export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimite
   const currentIntervalMs = (): number => reporter?.intervalMs ?? intervalMs;
   const context: BucketContext = {
     clock: scheduler,
+    guardClock: options.scheduler ?? coarseClock,
     // The default hold follows the interval the control plane asks for.
     stalePolicy: () => {
       if (explicitPolicy) return explicitPolicy;

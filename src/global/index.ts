@@ -2,7 +2,7 @@
 export type { BucketHandle, BucketMode } from './bucket-handle.js';
 export { OVERFLOW_BUCKET_KEY } from './bucket-table.js';
 export type { BurstGuardOptions } from './burst-guard.js';
-export { DEFAULT_BURST_GUARD_SLACK_RATIO, hostShareRps } from './burst-guard.js';
+export { DEFAULT_BURST_GUARD } from './burst-guard.js';
 export { isNewerDirective } from './directive-order.js';
 export type {
   BucketSnapshot,

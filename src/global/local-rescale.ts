@@ -56,12 +56,7 @@ export interface RescaleInputs {
  * there is nothing to scale from or the change is within noise.
  */
 export function localRescaleRatio(dropRatio: number, inputs: RescaleInputs, windowMs: number): number {
-  const {
-    limitRps,
-    globalOfferedRps,
-    directiveHostOfferedRps: hostThenRps,
-    recentOfferedRps: hostNowRps,
-  } = inputs;
+  const { directiveHostOfferedRps: hostThenRps, recentOfferedRps: hostNowRps } = inputs;
   if (!(hostThenRps > 0) || !(hostNowRps >= 0) || !(windowMs > 0)) return dropRatio;
   const thenCount = (hostThenRps * windowMs) / 1000;
   const nowCount = (hostNowRps * windowMs) / 1000;
@@ -79,10 +74,8 @@ export function localRescaleRatio(dropRatio: number, inputs: RescaleInputs, wind
       return dropRatio;
     }
   }
-  let allowanceRps: number;
-  if (dropRatio > 0) allowanceRps = hostThenRps * (1 - dropRatio);
-  else if (limitRps > 0 && globalOfferedRps > 0) allowanceRps = (hostThenRps * limitRps) / globalOfferedRps;
-  else return dropRatio;
+  const allowanceRps = directiveAllowanceRps(dropRatio, inputs);
+  if (!(allowanceRps > 0)) return dropRatio;
   if (hostNowRps <= allowanceRps) return 0;
   return Math.min(1, 1 - allowanceRps / hostNowRps);
 }
@@ -100,4 +93,19 @@ function fleetMove(inputs: RescaleInputs, windowMs: number): number {
   if (Math.abs(move) <= FLEET_MOVE_RATIO * beforeCount) return 0;
   if (move * move <= RESCALE_Z * RESCALE_Z * (beforeCount + nowCount)) return 0;
   return move;
+}
+
+/**
+ * The allowance: what the held directive lets this host admit (units per second), from the host's
+ * rate over the windows the directive covers; 0 when there is nothing to size from. Local rescale
+ * keeps it when the host's rate moves; the burst guard holds a host to it once tripped.
+ */
+export function directiveAllowanceRps(dropRatio: number, inputs: RescaleInputs): number {
+  const hostThenRps = inputs.directiveHostOfferedRps;
+  if (!(hostThenRps > 0)) return 0;
+  if (dropRatio > 0) return hostThenRps * (1 - dropRatio);
+  if (inputs.limitRps > 0 && inputs.globalOfferedRps > 0) {
+    return (hostThenRps * inputs.limitRps) / inputs.globalOfferedRps;
+  }
+  return 0;
 }

@@ -96,6 +96,12 @@ export function addLimiterMetrics(
       (b) => b.droppedByGuard,
     ),
     perBucket(
+      'spillway_burst_guard_tripped',
+      "1 while the burst guard's detector has tripped and its token bucket holds this host to its allowance.",
+      'gauge',
+      (b) => (b.guardTripped ? 1 : 0),
+    ),
+    perBucket(
       'spillway_would_drop_total',
       'Units a shadow-mode bucket would have dropped (admitted anyway).',
       'counter',

@@ -96,6 +96,13 @@ const presetInputs: Record<string, Record<string, unknown>> = {
       { atS: 45, kind: 'hosts-join', count: 300 },
     ],
   },
+  'lb-shift': {
+    description:
+      '19,000 rps against a 20,000 rps limit (0.95x); at 20 s half the hosts leave and the others take ' +
+      'their traffic: each host doubles, the fleet does not. What a host-local rule must not mistake for a spike.',
+    buckets: single([[0, 19_000]]),
+    events: [{ atS: 20, kind: 'hosts-leave', count: 500 }],
+  },
   'aggregator-outage': {
     description:
       'steady-1.5x with 2 aggregators per zone; from 20 s to 40 s aggregator 0 of every zone is down and ' +

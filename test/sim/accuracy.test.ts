@@ -63,12 +63,11 @@ describe('accuracy targets (100 hosts)', () => {
     );
   });
 
-  it('steady 1.5x: Spillway with its defaults admits within 2% of the limit', async () => {
-    const spillway = focus(await steadyRun, 'spillway');
-    assert.ok(
-      spillway.steadyErrorPct !== null && Math.abs(spillway.steadyErrorPct) <= 2,
-      `${spillway.steadyErrorPct}%`,
-    );
+  it('steady 1.5x: Spillway with its defaults, and with the burst guard, admits within 2% of the limit', async () => {
+    for (const variant of ['spillway', 'guard'] as const) {
+      const error = focus(await steadyRun, variant).steadyErrorPct;
+      assert.ok(error !== null && Math.abs(error) <= 2, `${variant}: ${error}%`);
+    }
   });
 
   it('steady 1.5x: every variant keeps its error bounded (regression bound)', async () => {
@@ -119,48 +118,37 @@ describe('accuracy targets (100 hosts)', () => {
     assert.ok(focus(result, 'guard').peakOvershootPct <= focus(result, 'spillway').peakOvershootPct + 1);
   });
 
-  it('3x step: with the default burst guard, peak overshoot <= 25%', {
-    todo: 'a 1 s burst window admits up to 2.5x a host share in the first second (docs/accuracy.md)',
-  }, async () => {
+  it('3x step: with the default burst guard, peak overshoot <= 25%', async () => {
+    // 100 hosts see 200 calls each a second, so the guard's detector trips within ~40 ms of the
+    // step: 4.6% here (5-7% over seeds 1, 2); without the guard, 175%.
     const result = await stepRun;
     assert.ok(focus(result, 'guard').peakOvershootPct <= 25, `${focus(result, 'guard').peakOvershootPct}%`);
   });
 
-  it('3x step: the burst guard overshoot stays bounded (regression bound: 170%, was 180%)', async () => {
-    const result = await stepRun;
-    assert.ok(focus(result, 'guard').peakOvershootPct <= 170, `${focus(result, 'guard').peakOvershootPct}%`);
-  });
-
-  it('3x step: a burst guard sized tighter (slack 0.15, 100 ms window) gets near the 25% target', async () => {
-    // Possible since the guard sizes from the host rate of the windows the directive covers (26%
-    // here). The price is Poisson noise cut on hosts with small shares: at 1,000 hosts (20 calls
-    // per host per second) 14% peak but -18% steady (docs/accuracy.md), hence not the default.
-    // Regression bound: 30%.
-    const result = await runSimulation(stepScenario, {
-      hosts: HOSTS,
-      seed: 12,
-      variants: ['guard'],
-      tuning: { burstGuard: { slackRatio: 0.15, burstWindowMs: 100 } },
-    });
+  it('3x step (1,000 hosts): the default burst guard holds the peak overshoot to 25% at 20 calls per host a second', async () => {
+    // The preset's figures are in docs/accuracy.md (18.1% peak for seed 1; 17-18% for seeds 2-4).
+    // This shorter scenario at 1,000 hosts is where the detector has the least to go on.
+    const result = await runSimulation(stepScenario, { hosts: 1_000, seed: 1, variants: ['guard'] });
     const guard = focus(result, 'guard');
-    assert.ok(guard.peakOvershootPct <= 30, `${guard.peakOvershootPct}%`);
+    assert.ok(guard.peakOvershootPct <= 25, `${guard.peakOvershootPct}%`);
     assert.ok(Math.abs(guard.steadyErrorPct!) <= 2, `steady ${guard.steadyErrorPct}%`);
+    assert.ok(convergedAfter(result, 'guard', 10) <= 3.5, `${convergedAfter(result, 'guard', 10)} s`);
   });
 
-  it('skewed hosts and a hot caller: same steady accuracy as uniform traffic (plain and defaults)', async () => {
+  it('skewed hosts and a hot caller: same steady accuracy as uniform traffic (plain, defaults, guard)', async () => {
     const zipf = await runSimulation(presetScenario('zipf-hosts')!, {
       hosts: HOSTS,
       seconds: 20,
       seed: 11,
-      variants: ['plain', 'spillway'],
+      variants: ['plain', 'spillway', 'guard'],
     });
     const hot = await runSimulation(presetScenario('hot-caller')!, {
       hosts: HOSTS,
       seconds: 20,
       seed: 11,
-      variants: ['plain', 'spillway'],
+      variants: ['plain', 'spillway', 'guard'],
     });
-    for (const variant of ['plain', 'spillway'] as const) {
+    for (const variant of ['plain', 'spillway', 'guard'] as const) {
       const uniform = focus(await steadyRun, variant).steadyErrorPct!;
       for (const [name, result] of [
         ['zipf-hosts', zipf],
