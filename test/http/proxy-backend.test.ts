@@ -204,3 +204,75 @@ buckets:
     );
   });
 });
+
+describe('proxy backend: global burst guard from the rules file', () => {
+  const rulesWith = (burstGuard: string) =>
+    parseProxyRules(`version: 1
+upstream:
+  url: http://127.0.0.1:1
+backend:
+  kind: global
+  aggregators: [127.0.0.1:2]
+  zone: z1
+  intervalMs: 500
+${burstGuard}
+buckets:
+  - name: api
+    limit: 10
+    windowSec: 1
+`);
+
+  /** Calls a burst of 100 at one instant admits, once a directive gave this proxy a 10 rps allowance. */
+  async function admittedInBurst(burstGuard: string): Promise<{ admitted: number; tripped: boolean }> {
+    const rules = rulesWith(burstGuard);
+    const clock = new ManualClock(1_000_000);
+    const network = new InMemoryNetwork({ scheduler: clock });
+    const aggregator = new FakeAggregator();
+    network.listen('agg-1', aggregator.handler);
+    const backend = createProxyBackend(rules.backend, {
+      id: 'test',
+      controlClients: [network.connect('agg-1', { from: 'test' })],
+      global: { scheduler: clock, random: seededRandom(1), jitterRatio: 0 },
+    });
+    try {
+      const limiter = backend.limiterFor(rules.buckets[0]!);
+      if (limiter.kind !== 'sync') throw new Error('global limiters are sync');
+      // 10 calls in 500 ms: 20 rps; told "fleet offered 20 rps, limit 10": an allowance of 10 rps.
+      for (let i = 0; i < 10; i++) limiter.limit('api');
+      clock.advance(500);
+      aggregator.set('api', { dropRatio: 0, limitRps: 10, offeredRps: 20 });
+      const limits = backend.globalLimiter!;
+      await drive(clock, limits.flush());
+      let admitted = 0;
+      for (let i = 0; i < 100; i++) if (limiter.limit('api').allowed) admitted++;
+      return { admitted, tripped: limits.snapshot().buckets[0]!.guardTripped };
+    } finally {
+      await drive(clock, backend.close());
+    }
+  }
+
+  it('burstGuard: {} cuts a burst the ratio (0 here) would let through; absent or false, nothing cuts it', async () => {
+    assert.deepEqual(await admittedInBurst('  burstGuard: {}'), { admitted: 5, tripped: true });
+    assert.deepEqual(await admittedInBurst(''), { admitted: 100, tripped: false });
+    assert.deepEqual(await admittedInBurst('  burstGuard: false'), { admitted: 100, tripped: false });
+    const tuned = await admittedInBurst('  burstGuard: { tripUnits: 20 }');
+    // Trip level 20: the detector checks every 20 / 8 units (every third call), so it sees the
+    // level pass 20 at the 21st call.
+    assert.deepEqual(tuned, { admitted: 20, tripped: true }, 'its options reach the limiter');
+  });
+
+  it('refuses a bad guard option, naming the field', () => {
+    for (const bad of [
+      '  burstGuard: true',
+      '  burstGuard: { drainFactor: 1 }',
+      '  burstGuard: { slack: 0.1 }',
+    ]) {
+      assert.throws(
+        () => rulesWith(bad),
+        (error: Error & { code?: string }) =>
+          error.code === 'ERR_SPILLWAY_INVALID_CONFIG' && /burstGuard/.test(error.message),
+        bad,
+      );
+    }
+  });
+});

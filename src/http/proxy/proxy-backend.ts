@@ -174,6 +174,7 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
         clients: options.controlClients ?? [],
         intervalMs: config.intervalMs,
         ...(config.stalePolicy === undefined ? {} : { stalePolicy: stalePolicyOf(config) }),
+        ...(config.burstGuard === undefined ? {} : { burstGuard: config.burstGuard }),
         logger: options.logger,
         ...options.global,
       });

@@ -87,6 +87,22 @@ const backendSchema = z.discriminatedUnion('kind', [
         z.strictObject({ kind: z.literal('open') }),
       ])
       .optional(),
+    /**
+     * The host-local burst guard (docs/global-data-plane.md, "Burst guard"): `{}` for its defaults,
+     * absent or `false` for none. Off by default, as in the library.
+     */
+    burstGuard: z
+      .union([
+        z.literal(false),
+        z.strictObject({
+          slackRatio: z.number().min(0).max(10).optional(),
+          burstWindowMs: z.number().positive().max(60_000).optional(),
+          tripUnits: z.number().min(1).max(1e9).optional(),
+          tripWindowMs: z.number().min(0).max(60_000).optional(),
+          drainFactor: z.number().gt(1).max(100).optional(),
+        }),
+      ])
+      .optional(),
   }),
 ]);
 
