@@ -2,11 +2,37 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
-import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import { type ProxyRules, parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
 import { advance, drive, FakeAggregator } from '../global/fixtures.js';
 
-function globalRules(buckets: string): ReturnType<typeof parseProxyRules> {
+/** Rules for a global backend (interval 500 ms) with one bucket, `api`; `backendLines` adds to the backend. */
+function globalRulesWith(backendLines: string): ProxyRules {
+  return globalRules(
+    `  - name: api
+    limit: 10
+    windowSec: 1
+`,
+    `  intervalMs: 500
+${backendLines}`,
+  );
+}
+
+/** The backend of `rules`, reporting to a fake aggregator over an in-memory network, on a manual clock. */
+function reportingBackend(rules: ProxyRules) {
+  const clock = new ManualClock(1_000_000);
+  const network = new InMemoryNetwork({ scheduler: clock });
+  const aggregator = new FakeAggregator();
+  network.listen('agg-1', aggregator.handler);
+  const backend = createProxyBackend(rules.backend, {
+    id: 'test',
+    controlClients: [network.connect('agg-1', { from: 'test' })],
+    global: { scheduler: clock, random: seededRandom(1), jitterRatio: 0 },
+  });
+  return { clock, aggregator, backend };
+}
+
+function globalRules(buckets: string, backendLines = ''): ProxyRules {
   return parseProxyRules(`version: 1
 upstream:
   url: http://127.0.0.1:1
@@ -14,6 +40,7 @@ backend:
   kind: global
   aggregators: [127.0.0.1:2]
   zone: z1
+${backendLines}
 buckets:
 ${buckets}`);
 }
@@ -124,34 +151,12 @@ buckets:
 });
 
 describe('proxy backend: global stale policy from the rules file', () => {
-  const rulesWith = (stalePolicy: string) =>
-    parseProxyRules(`version: 1
-upstream:
-  url: http://127.0.0.1:1
-backend:
-  kind: global
-  aggregators: [127.0.0.1:2]
-  zone: z1
-  intervalMs: 500
-${stalePolicy}
-buckets:
-  - name: api
-    limit: 10
-    windowSec: 1
-`);
+  const rulesWith = globalRulesWith;
 
   /** The ratio the proxy applies `afterTtlMs` past the directive's TTL (3 s), with a 0.5 ratio handed out. */
   async function ratioAfterTtl(stalePolicy: string, afterTtlMs: number): Promise<number> {
     const rules = rulesWith(stalePolicy);
-    const clock = new ManualClock(1_000_000);
-    const network = new InMemoryNetwork({ scheduler: clock });
-    const aggregator = new FakeAggregator();
-    network.listen('agg-1', aggregator.handler);
-    const backend = createProxyBackend(rules.backend, {
-      id: 'test',
-      controlClients: [network.connect('agg-1', { from: 'test' })],
-      global: { scheduler: clock, random: seededRandom(1), jitterRatio: 0 },
-    });
+    const { clock, aggregator, backend } = reportingBackend(rules);
     try {
       const limiter = backend.limiterFor(rules.buckets[0]!);
       if (limiter.kind !== 'sync') throw new Error('global limiters are sync');
@@ -206,34 +211,12 @@ buckets:
 });
 
 describe('proxy backend: global burst guard from the rules file', () => {
-  const rulesWith = (burstGuard: string) =>
-    parseProxyRules(`version: 1
-upstream:
-  url: http://127.0.0.1:1
-backend:
-  kind: global
-  aggregators: [127.0.0.1:2]
-  zone: z1
-  intervalMs: 500
-${burstGuard}
-buckets:
-  - name: api
-    limit: 10
-    windowSec: 1
-`);
+  const rulesWith = globalRulesWith;
 
   /** Calls a burst of 100 at one instant admits, once a directive gave this proxy a 10 rps allowance. */
   async function admittedInBurst(burstGuard: string): Promise<{ admitted: number; tripped: boolean }> {
     const rules = rulesWith(burstGuard);
-    const clock = new ManualClock(1_000_000);
-    const network = new InMemoryNetwork({ scheduler: clock });
-    const aggregator = new FakeAggregator();
-    network.listen('agg-1', aggregator.handler);
-    const backend = createProxyBackend(rules.backend, {
-      id: 'test',
-      controlClients: [network.connect('agg-1', { from: 'test' })],
-      global: { scheduler: clock, random: seededRandom(1), jitterRatio: 0 },
-    });
+    const { clock, aggregator, backend } = reportingBackend(rules);
     try {
       const limiter = backend.limiterFor(rules.buckets[0]!);
       if (limiter.kind !== 'sync') throw new Error('global limiters are sync');
