@@ -16,7 +16,7 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
  *
  * - **A detector**: a one-sided CUSUM over the calls the ratio lets through. A level rises by one
  *   per unit and drains at `drainFactor` times the allowance; it trips at
- *   `max(tripUnits, allowance * tripWindowMs)` units. Calls at the allowance, Poisson noise
+ *   `max(tripUnits, allowance * tripWindowMs / 1000)` units. Calls at the allowance, Poisson noise
  *   included, drain faster than they fill, so in steady state it stays near 0; a host whose admitted
  *   rate jumps past `drainFactor` times its allowance fills it within about
  *   `tripUnits / (rate - drain)`.
@@ -33,9 +33,9 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
  * the Poisson noise of every host in steady state (-13% at a 100 ms window), and one loose enough
  * for the noise lets 2.5x a host's share through in the step's first second (docs/accuracy.md).
  *
- * Armed only in enforce mode, with a live (or held) directive that carries a limit, and once the
- * host has seen traffic for the bucket: with no offered load in the directive's windows a host
- * has no allowance to hold.
+ * Armed only in enforce mode, with a live (or held) directive, and once the host has seen traffic
+ * for the bucket: with no offered load in the directive's windows a host has no allowance to hold
+ * (nor at ratio 0 without a limit).
  */
 export interface BurstGuardOptions {
   /** Headroom of the tripped bucket's rate over the allowance. Default 0. */
