@@ -39,6 +39,8 @@ export interface HostReading {
   consecutiveFailures: number;
   /** Successful reports per parent target so far. */
   reportsOk: Map<string, number>;
+  /** Reports sent so far, to any parent, by result (ok, timeout, unavailable, error). */
+  reportsByResult: Map<string, number>;
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -147,9 +149,12 @@ export async function readHost(id: string, process: SpillwayProcess): Promise<Ho
   const atMs = performance.now();
   const get = (name: string) => series.get(seriesKey(name, { bucket: BUCKET })) ?? 0;
   const reportsOk = new Map<string, number>();
+  const reportsByResult = new Map<string, number>();
   for (const [key, value] of series) {
-    const match = /^spillway_reports_total\{parent="([^"]+)",result="ok"\}$/.exec(key);
-    if (match) reportsOk.set(match[1]!, value);
+    const match = /^spillway_reports_total\{parent="([^"]+)",result="([^"]+)"\}$/.exec(key);
+    if (!match) continue;
+    if (match[2] === 'ok') reportsOk.set(match[1]!, value);
+    reportsByResult.set(match[2]!, (reportsByResult.get(match[2]!) ?? 0) + value);
   }
   return {
     id,
@@ -164,6 +169,7 @@ export async function readHost(id: string, process: SpillwayProcess): Promise<Ho
       1000 * (series.get(seriesKey('spillway_directive_age_seconds', { bucket: BUCKET })) ?? Infinity),
     consecutiveFailures: series.get('spillway_reporter_consecutive_failures') ?? 0,
     reportsOk,
+    reportsByResult,
   };
 }
 

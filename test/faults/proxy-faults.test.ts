@@ -468,19 +468,44 @@ buckets:
     // Recovered: a fresh directive of the new epoch whose ratio is back near the one the steady
     // window ran on. The directive's ratio, not the effective one: local rescale moves the latter
     // with every wobble of the generator's rate, and a band on it measured that wobble (CI: 11.6 s).
+    // Where the time went, for the diagnostic and a failure's message: the first successful report
+    // after the restart, the first reading on the new epoch, and each reading after that.
+    const before = await read();
+    const okBefore = before.reportsOk.get(proxyPA.address) ?? 0;
+    let reportsUntilRecovered = new Map<string, number>();
+    let firstReportMs: number | undefined;
+    let newEpochMs: number | undefined;
+    const onNewEpoch: string[] = [];
     await waitFor(
       'the steady ratio on the new epoch',
       async () => {
         const r = await read();
-        return r.epoch === epoch &&
-          r.directiveAgeMs <= 2 * INTERVAL_MS &&
-          Math.abs(r.dropRatio - steady.meanDirective) <= 0.1
+        const atMs = r.atMs - backMs;
+        reportsUntilRecovered = new Map(
+          [...r.reportsByResult].map(([result, n]) => [
+            result,
+            n - (before.reportsByResult.get(result) ?? 0),
+          ]),
+        );
+        if (firstReportMs === undefined && (r.reportsOk.get(proxyPA.address) ?? 0) > okBefore)
+          firstReportMs = atMs;
+        if (r.epoch !== epoch) return undefined;
+        newEpochMs ??= atMs;
+        if (onNewEpoch.length < 40) {
+          onNewEpoch.push(
+            `${atMs.toFixed(0)}: ${r.dropRatio.toFixed(3)} (age ${r.directiveAgeMs.toFixed(0)})`,
+          );
+        }
+        return r.directiveAgeMs <= 2 * INTERVAL_MS && Math.abs(r.dropRatio - steady.meanDirective) <= 0.1
           ? true
           : undefined;
       },
       { timeoutMs: 20_000, everyMs: 50 },
     );
     const recoveryMs = performance.now() - backMs;
+    const reportsSent = [...reportsUntilRecovered.values()].reduce((a, b) => a + b, 0);
+    const reportResults = [...reportsUntilRecovered].map(([result, n]) => `${n} ${result}`).join(', ');
+    const milestones = `${reportsSent} reports until then (${reportResults}); first report ok at ${firstReportMs?.toFixed(0)} ms, new epoch at ${newEpochMs?.toFixed(0)} ms, steady directive ${steady.meanDirective.toFixed(3)}; on the new epoch: ${onNewEpoch.join(', ')}`;
     const recovered = proxyWindow(await watchProxy(read, 2_000));
     const recoveredShare = share(between(load.answers, recovered.fromMs, recovered.toMs), 429);
     await load.stop();
@@ -493,10 +518,17 @@ buckets:
     t.diagnostic(
       `restart: listening after ${listeningMs.toFixed(0)} ms, steady ratio on the new epoch ${recoveryMs.toFixed(0)} ms later (${(recoveryMs / INTERVAL_MS).toFixed(1)} intervals); the 2 s after: ${describeWindow(recovered, recoveredShare)}; ${all.length} requests in ${((performance.now() - loadStartMs) / 1000).toFixed(1)} s, every one 200 or 429`,
     );
-    // Regression bound, as for hosts (control-plane-faults "controller restarted"), with both tiers
-    // new: typically 1-2 intervals (the proxy reports when its connection is back, the new
-    // aggregator forwards at once, the proxy's next report brings the ratio).
-    assert.ok(recoveryMs <= 6 * INTERVAL_MS, `recovered in ${recoveryMs.toFixed(0)} ms`);
+    // With both tiers new, the loop needs two reports: the proxy reports when its connection is back
+    // (backoff capped at one interval), the new aggregator forwards at once, the proxy's next report
+    // brings the ratio; typically 1-2 intervals. The bound is on reports, which a starved machine
+    // delays but does not multiply (one report in the reconnect backoff and one spare allowed), and,
+    // as a regression bound, on time: 6 intervals failed CI at 7.1 s on a run 1.5x slower than usual,
+    // before these milestones were recorded, so the wall-clock bound is 16 intervals (the backoff
+    // grpc-js would otherwise reach, 5 s, plus the two reports and a margin) and a slow
+    // recovery is printed with where its time went.
+    t.diagnostic(`recovery: ${milestones}`);
+    assert.ok(reportsSent <= 4, `recovered after ${reportsSent} reports: ${milestones}`);
+    assert.ok(recoveryMs <= 16 * INTERVAL_MS, `recovered in ${recoveryMs.toFixed(0)} ms: ${milestones}`);
     assertWindowFollowsLimit('recovered', recovered, recoveredShare);
   });
 
