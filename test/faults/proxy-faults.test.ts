@@ -417,19 +417,20 @@ buckets:
       decayedFraction <= most + 0.1 && decayedFraction >= least - 0.1,
       `after ${last.atMs.toFixed(0)} ms the ratio is ${percent(decayedFraction)} of the held one, expected ${percent(least)}–${percent(most)}`,
     );
-    // Held as it was applied before the kill (10%: local rescale, as above), and the clients' share
-    // in the first 2 s follows it (compared with the steady window's client share instead, two
-    // binomial samples and the generator's drift between them failed a correct proxy). Local rescale
-    // moves the applied ratio with the proxy's own rate from one report to the next, so "as applied"
-    // is the range sampled in the steady window, not its mean: compared with the mean, CI failed a
-    // proxy that held 0.328 after a steady mean of 0.404 (directive 0.468), its clients seeing 30%
-    // of 429s in the first 2 s, as 0.328 implies.
-    const appliedBefore = steadyReadings.map((r) => r.effectiveRatio);
-    const lowestBefore = Math.min(...appliedBefore);
-    const highestBefore = Math.max(...appliedBefore);
+    // Held as it was before the kill: the directive held through the outage is one the steady window
+    // ran on (the last one, read every 250 ms until the kill; 10% and 0.02 of margin for one that
+    // arrived between the last reading and the kill). The directive, not the ratio applied: local
+    // rescale moves the applied one with the proxy's own rate, which an open-loop generator in this
+    // loaded test process moves beyond Poisson noise when it stalls and catches up (with one
+    // reporter, the fleet total moves with it). Compared with the steady window's applied range,
+    // CI failed a proxy that held 0.317 after 0.386–0.416, all through the hold (and once 0.328
+    // after a mean of 0.404). That the ratio applied is what the clients see is checked next.
+    const directivesBefore = steadyReadings.map((r) => r.dropRatio);
+    const lowestBefore = Math.min(...directivesBefore);
+    const highestBefore = Math.max(...directivesBefore);
     assert.ok(
-      held.effectiveRatio >= 0.9 * lowestBefore - 0.02 && held.effectiveRatio <= 1.1 * highestBefore + 0.02,
-      `ratio held: ${held.effectiveRatio.toFixed(3)} after ${lowestBefore.toFixed(3)}–${highestBefore.toFixed(3)} steady`,
+      held.dropRatio >= 0.9 * lowestBefore - 0.02 && held.dropRatio <= 1.1 * highestBefore + 0.02,
+      `directive held: ${held.dropRatio.toFixed(3)} after ${lowestBefore.toFixed(3)}–${highestBefore.toFixed(3)} steady`,
     );
     const heldWindow = proxyWindow(readings.filter((r) => r.atMs <= 2_000).map((r) => r.reading));
     const heldWindowShare = share(between(load.answers, heldWindow.fromMs, heldWindow.toMs), 429);
