@@ -504,9 +504,19 @@ buckets:
       { timeoutMs: 20_000, everyMs: 50 },
     );
     const recoveryMs = performance.now() - backMs;
+    const aggregatorSeries = await scrape(aggregator.ops);
+    const aggregatorCounts = [
+      'forwards',
+      'forward_failures',
+      'cold_forwards',
+      'reconnect_forwards',
+      'withheld_directives',
+    ]
+      .map((name) => `${name} ${aggregatorSeries.get(`spillway_aggregator_${name}_total`) ?? 0}`)
+      .join(', ');
     const reportsSent = [...reportsUntilRecovered.values()].reduce((a, b) => a + b, 0);
     const reportResults = [...reportsUntilRecovered].map(([result, n]) => `${n} ${result}`).join(', ');
-    const milestones = `${reportsSent} reports until then (${reportResults}); first report ok at ${firstReportMs?.toFixed(0)} ms, new epoch at ${newEpochMs?.toFixed(0)} ms, steady directive ${steady.meanDirective.toFixed(3)}; on the new epoch: ${onNewEpoch.join(', ')}`;
+    const milestones = `${reportsSent} reports until then (${reportResults}); first report ok at ${firstReportMs?.toFixed(0)} ms, new epoch at ${newEpochMs?.toFixed(0)} ms; the new aggregator: ${aggregatorCounts}; steady directive ${steady.meanDirective.toFixed(3)}; on the new epoch: ${onNewEpoch.join(', ')}`;
     const recovered = proxyWindow(await watchProxy(read, 2_000));
     const recoveredShare = share(between(load.answers, recovered.fromMs, recovered.toMs), 429);
     await load.stop();
@@ -519,16 +529,19 @@ buckets:
     t.diagnostic(
       `restart: listening after ${listeningMs.toFixed(0)} ms, steady ratio on the new epoch ${recoveryMs.toFixed(0)} ms later (${(recoveryMs / INTERVAL_MS).toFixed(1)} intervals); the 2 s after: ${describeWindow(recovered, recoveredShare)}; ${all.length} requests in ${((performance.now() - loadStartMs) / 1000).toFixed(1)} s, every one 200 or 429`,
     );
-    // With both tiers new, the loop needs two reports: the proxy reports when its connection is back
-    // (backoff capped at one interval), the new aggregator forwards at once, the proxy's next report
-    // brings the ratio; typically 1-2 intervals. The bound is on reports, which a starved machine
-    // delays but does not multiply (one report in the reconnect backoff and one spare allowed), and,
-    // as a regression bound, on time: 6 intervals failed CI at 7.1 s on a run 1.5x slower than usual,
-    // before these milestones were recorded, so the wall-clock bound is 16 intervals (the backoff
-    // grpc-js would otherwise reach, 5 s, plus the two reports and a margin) and a slow
-    // recovery is printed with where its time went.
+    // With both tiers new, the loop needs two reports: the proxy reports when its connection is back,
+    // the new aggregator forwards at once, the proxy's next report brings the ratio; typically 1-2
+    // intervals. Each tier's reconnect backoff is capped at one interval (+20% jitter), so up to two
+    // reports may fail while the proxy's channel waits, and up to two more may be answered without
+    // a ratio while the new aggregator's first forward is on its way or its own channel to the
+    // controller waits out a backoff (under the full suite once: 3 ok, 1 unavailable, before the
+    // aggregator's counters were printed here). The bound is on reports, 6,
+    // which a starved machine delays but does not multiply, and, as a regression bound, on time:
+    // 6 intervals failed CI at 7.1 s on a run 1.5x slower than usual, before these milestones were
+    // recorded, so the wall-clock bound is 16 intervals (the backoff grpc-js would otherwise reach,
+    // 5 s, plus the reports and a margin) and a slow recovery is printed with where its time went.
     t.diagnostic(`recovery: ${milestones}`);
-    assert.ok(reportsSent <= 4, `recovered after ${reportsSent} reports: ${milestones}`);
+    assert.ok(reportsSent <= 6, `recovered after ${reportsSent} reports: ${milestones}`);
     assert.ok(recoveryMs <= 16 * INTERVAL_MS, `recovered in ${recoveryMs.toFixed(0)} ms: ${milestones}`);
     assertWindowFollowsLimit('recovered', recovered, recoveredShare);
   });
