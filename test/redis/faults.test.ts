@@ -646,7 +646,7 @@ test('Redis paused 2 s under steady load: calls that timed out change nothing wh
     const jump = counts[i]! - lane.tallyCounted;
     t.diagnostic(
       `${lane.name}: 429 share steady ${percent(steady)}, in the 1 s after SIGCONT ${percent(after)} (per 500 ms: ${halves.join(', ')}); ` +
-        `tally: ${lane.tally.stats.timeouts} calls timed out, Redis count ${counts[i]} vs ${lane.tallyCounted} counted decisions (+${jump}), ${lane.tally.stats.expired} expired replies`,
+        `tally: ${lane.tally.stats.timeouts} calls timed out, Redis count ${counts[i]} vs ${lane.tallyCounted} counted decisions (+${jump}), ${lane.tally.stats.expired} expired replies, ${peeksTimedOut[i]} peeks timed out`,
     );
     return { lane, steady, after, paused, jump, peeksTimedOut: peeksTimedOut[i]! };
   });
