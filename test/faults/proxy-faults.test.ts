@@ -539,9 +539,9 @@ buckets:
     // the new aggregator forwards at once, the proxy's next report brings the ratio; typically 1-2
     // intervals. Each tier's reconnect backoff is capped at one interval (+20% jitter), so up to two
     // reports may fail while the proxy's channel waits, and up to two more may be answered without
-    // a ratio while the new aggregator's first forward is on its way or its own channel to the
-    // controller waits out a backoff (under the full suite once: 3 ok, 1 unavailable, before the
-    // aggregator's counters were printed here). The bound is on reports, 6,
+    // a ratio while the new aggregator's channel to the controller waits out a backoff: it starts
+    // before this test points its fault proxy at the new controller, so its first forwards fail
+    // (typically 2 failed forwards, then 1 reconnect forward). The bound is on reports, 6,
     // which a starved machine delays but does not multiply, and, as a regression bound, on time:
     // 6 intervals failed CI at 7.1 s on a run 1.5x slower than usual, before these milestones were
     // recorded, so the wall-clock bound is 16 intervals (the backoff grpc-js would otherwise reach,
