@@ -41,6 +41,8 @@ export interface HostReading {
   reportsOk: Map<string, number>;
   /** Reports sent so far, to any parent, by result (ok, timeout, unavailable, error). */
   reportsByResult: Map<string, number>;
+  /** The process's longest event-loop delay since its previous scrape (prom-client resets it). */
+  eventLoopLagMaxMs: number;
 }
 
 export const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms));
@@ -170,6 +172,7 @@ export async function readHost(id: string, process: SpillwayProcess): Promise<Ho
     consecutiveFailures: series.get('spillway_reporter_consecutive_failures') ?? 0,
     reportsOk,
     reportsByResult,
+    eventLoopLagMaxMs: 1000 * (series.get('spillway_nodejs_eventloop_lag_max_seconds') ?? 0),
   };
 }
 
