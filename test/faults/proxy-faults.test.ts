@@ -35,7 +35,7 @@ const OFFERED_RPS = 200;
 /**
  * An answer later than this is a failure (counted as a timeout error, never waited out). Half the
  * outage: a proxy that waited on its control plane hangs for all of it. 2 s failed a run of the
- * full suite beside two CPU-burning processes (88 requests of the outage timed out); the deadline
+ * full suite beside three CPU-burning processes (88 requests of the outage timed out); the deadline
  * is a timer in this process, and after a stall of it, timers fire before the replies waiting in
  * the sockets are read. The stalls of this process and the proxy's are printed with a failure.
  */
