@@ -8,14 +8,20 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
  *   peer is a trusted proxy, and then walked right to left (each proxy appends the address it saw),
  *   skipping trusted hops; the first untrusted address is the client. A client cannot choose its
  *   key by prepending addresses, because those sit left of the first untrusted hop.
+ * - **Padded X-Forwarded-For.** Prepending hundreds of members changes nothing either: the walk
+ *   never looks left of the first untrusted hop, and at most the 32 rightmost members are read
+ *   (found by scanning back from the end, so a huge header costs no more than a short one). A
+ *   chain of 32 trusted hops ends the walk: the 32nd member from the right is the client.
  * - **IPv6 rotation.** One IPv6 subscriber usually holds a whole /64 (often a /56 or /48) and can
  *   use a fresh address per request; keying on the full address gives every request its own
  *   bucket. Addresses are grouped by prefix, /64 by default.
  * - **IPv4-mapped IPv6** (`::ffff:203.0.113.7`, what a dual-stack socket reports for IPv4 peers)
  *   is the IPv4 address, so the same client gets the same key on either stack.
- * - **Garbage headers.** A malformed member (`unknown`, an obfuscated identifier, junk) anywhere
- *   in the walk means the chain cannot be trusted past the peer: the peer address is the key. The
- *   resolver never throws on request input.
+ * - **Garbage headers.** A malformed member (`unknown`, an obfuscated identifier, junk, a member
+ *   over 128 characters) reached by the walk ends it: the client is the last address read, i.e.
+ *   the trusted hop right of the malformed member, or the peer when that member is the rightmost.
+ *   Only a trusted proxy writes members right of the client, so a client cannot choose its key
+ *   this way; it gets one of your proxies' addresses. The resolver never throws on request input.
  */
 export interface ClientAddressOptions {
   /**
@@ -45,8 +51,19 @@ export const DEFAULT_IPV6_PREFIX_LENGTH = 64;
 export const DEFAULT_IPV4_PREFIX_LENGTH = 32;
 /** The key for a peer with no usable address. */
 export const UNKNOWN_CLIENT_ADDRESS = 'unknown';
-/** Hops read from X-Forwarded-For at most; a longer chain is treated as malformed. */
+/**
+ * X-Forwarded-For members read at most, from the right. A real chain reaches its first untrusted
+ * address within a few hops; the cap bounds the work of a padded header. Reaching it does not make
+ * the header malformed: the last member read is the client.
+ */
 const MAX_FORWARDED_HOPS = 32;
+/**
+ * Longest X-Forwarded-For member read, spaces included: a 64-character address (parseAddress's
+ * limit) in brackets with a port, plus room for whitespace. Longer is malformed, and is found
+ * without scanning further back than this.
+ */
+const MAX_MEMBER_LENGTH = 128;
+const COMMA = 0x2c;
 
 const NAMED_RANGES: Record<string, string[]> = {
   loopback: ['127.0.0.0/8', '::1/128'],
@@ -94,16 +111,7 @@ export function createClientAddressResolver(options: ClientAddressOptions = {}):
     const peer = parseAddress(peerAddress);
     if (peer === undefined) return UNKNOWN_CLIENT_ADDRESS;
     if (!anyTrusted || forwardedFor === undefined || !isTrusted(peer)) return keyOf(peer);
-    const hops = splitForwardedFor(forwardedFor);
-    if (hops === undefined) return keyOf(peer);
-    let client = peer;
-    for (let i = hops.length - 1; i >= 0; i--) {
-      const hop = parseForwardedMember(hops[i]!);
-      if (hop === undefined) return keyOf(peer);
-      client = hop;
-      if (!isTrusted(hop)) break;
-    }
-    return keyOf(client);
+    return keyOf(forwardedClient(forwardedFor, peer, isTrusted));
   };
 }
 
@@ -169,12 +177,49 @@ function addTrusted(blockList: BlockList, entry: unknown): void {
   blockList.addSubnet(address.text, prefix, address.family === 4 ? 'ipv4' : 'ipv6');
 }
 
-/** Members of one or more X-Forwarded-For values, or undefined when there are too many. */
-function splitForwardedFor(forwardedFor: string | string[]): string[] | undefined {
-  const joined = typeof forwardedFor === 'string' ? forwardedFor : forwardedFor.join(',');
-  const hops = joined.split(',');
-  if (hops.length > MAX_FORWARDED_HOPS) return undefined;
-  return hops;
+/**
+ * The client named by the X-Forwarded-For value(s) a trusted `peer` sent: walking members from the
+ * right (later header lines first), the first untrusted address; or the last address read when the
+ * walk ends early, at a malformed member or after MAX_FORWARDED_HOPS members. Members are found by
+ * scanning back from the end, so nothing left of the last member read is ever looked at.
+ */
+function forwardedClient(
+  forwardedFor: string | string[],
+  peer: ParsedAddress,
+  isTrusted: (address: ParsedAddress) => boolean,
+): ParsedAddress {
+  let client = peer;
+  let read = 0;
+  const lines = typeof forwardedFor === 'string' ? 1 : forwardedFor.length;
+  for (let line = lines - 1; line >= 0; line--) {
+    const value = typeof forwardedFor === 'string' ? forwardedFor : forwardedFor[line];
+    if (typeof value !== 'string') return client;
+    let end = value.length;
+    for (;;) {
+      const start = memberStart(value, end);
+      if (start === -1) return client;
+      const hop = parseForwardedMember(value.slice(start, end));
+      if (hop === undefined) return client;
+      client = hop;
+      read++;
+      if (!isTrusted(hop) || read === MAX_FORWARDED_HOPS) return client;
+      if (start === 0) break;
+      end = start - 1;
+    }
+  }
+  return client;
+}
+
+/**
+ * Start of the member of `value` that ends at `end` (just after the comma before it, or 0), or -1
+ * when it is longer than MAX_MEMBER_LENGTH. Reads at most MAX_MEMBER_LENGTH + 1 characters.
+ */
+function memberStart(value: string, end: number): number {
+  const stop = Math.max(0, end - MAX_MEMBER_LENGTH - 1);
+  for (let i = end - 1; i >= stop; i--) {
+    if (value.charCodeAt(i) === COMMA) return i + 1;
+  }
+  return end <= MAX_MEMBER_LENGTH ? 0 : -1;
 }
 
 /** One X-Forwarded-For member: an address, tolerating `1.2.3.4:port` and `[v6]:port` forms. */

@@ -27,7 +27,7 @@ describe('client address resolver', () => {
     assert.equal(resolve('10.0.0.1', '10.1.1.1, 10.2.2.2'), '10.1.1.1');
   });
 
-  it('falls back to the peer on a malformed member anywhere in the walk, never throwing', () => {
+  it('a malformed rightmost member makes the peer the client, never throwing', () => {
     const resolve = createClientAddressResolver({ trustedProxies: ['10.0.0.0/8'] });
     for (const header of [
       'garbage',
@@ -40,11 +40,66 @@ describe('client address resolver', () => {
       '[::1',
       '1.2.3.4:99999999',
       'x'.repeat(10_000),
-      Array.from({ length: 100 }, () => '10.0.0.3').join(','),
+      `203.0.113.7, ${' '.repeat(200)}10.0.0.3`,
       ['203.0.113.7', '\u0000'],
     ]) {
       assert.equal(resolve('10.0.0.1', header), '10.0.0.1', JSON.stringify(header).slice(0, 60));
     }
+  });
+
+  it('a malformed member further left ends the walk at the trusted hop right of it', () => {
+    const resolve = createClientAddressResolver({ trustedProxies: ['10.0.0.0/8'] });
+    // 10.0.0.9 (trusted) appended `unknown`: who was before it cannot be known, and whatever the
+    // client wrote further left is never read.
+    assert.equal(resolve('10.0.0.1', '203.0.113.7, unknown, 10.0.0.9'), '10.0.0.9');
+    assert.equal(resolve('10.0.0.1', '6.6.6.6, garbage, 10.0.0.8, 10.0.0.9'), '10.0.0.8');
+    assert.equal(resolve('10.0.0.1', ['6.6.6.6', '_hidden', '10.0.0.9']), '10.0.0.9');
+    // A client's own junk sits left of the address its first proxy appended, and is never read.
+    assert.equal(resolve('10.0.0.1', 'garbage, 203.0.113.7, 10.0.0.9'), '203.0.113.7');
+  });
+
+  it('a client padding X-Forwarded-For with any number of members keeps its own key', () => {
+    const resolve = createClientAddressResolver({ trustedProxies: ['loopback'] });
+    for (const members of [31, 32, 33, 100, 10_000]) {
+      const padding = Array.from({ length: members }, (_, i) => `10.9.${(i >> 8) & 255}.${i & 255}`);
+      // The client sent the padding; the trusted balancer appended the address it saw.
+      assert.equal(resolve('127.0.0.1', `${padding.join(', ')}, 203.0.113.7`), '203.0.113.7', `${members}`);
+      assert.equal(resolve('127.0.0.1', [padding.join(','), '203.0.113.7']), '203.0.113.7', `${members}`);
+    }
+  });
+
+  it('a long chain of trusted hops: the client is the first untrusted one within 32, else the 32nd from the right', () => {
+    const resolve = createClientAddressResolver({ trustedProxies: ['10.0.0.0/8'] });
+    const hops = (count: number) => Array.from({ length: count }, (_, i) => `10.0.${i >> 8}.${i & 255}`);
+    // 30 trusted hops behind the client: it is found.
+    assert.equal(resolve('10.0.0.1', ['203.0.113.7', ...hops(30)].join(', ')), '203.0.113.7');
+    // 31 trusted hops: the client is the 32nd member from the right, still read.
+    assert.equal(resolve('10.0.0.1', ['203.0.113.7', ...hops(31)].join(', ')), '203.0.113.7');
+    // 32 or more: the walk stops at the 32nd member from the right, a trusted hop, never at the peer.
+    assert.equal(resolve('10.0.0.1', ['203.0.113.7', ...hops(32)].join(', ')), '10.0.0.0');
+    assert.equal(resolve('10.0.0.1', ['203.0.113.7', ...hops(40)].join(', ')), '10.0.0.8');
+    assert.equal(resolve('10.0.0.1', hops(100).join(',')), '10.0.0.68');
+    assert.equal(resolve('10.0.0.1', hops(5)), '10.0.0.0', 'all trusted, under the cap: the leftmost');
+  });
+
+  it('a huge header costs no more than a short one: only its rightmost members are read', () => {
+    const resolve = createClientAddressResolver({ trustedProxies: ['10.0.0.0/8'] });
+    const padding = '10.0.0.3, '.repeat(1_000_000); // 10 MB
+    const cases: [string | string[], string][] = [
+      [`${padding}203.0.113.7`, '203.0.113.7'],
+      [`${padding}10.0.0.4`, '10.0.0.3'],
+      [`${padding}203.0.113.7, 10.0.0.4`, '203.0.113.7'],
+      [`203.0.113.7, ${'x'.repeat(10_000_000)}`, '10.0.0.1'],
+      [[padding, '203.0.113.7'], '203.0.113.7'],
+    ];
+    // Splitting 10 MB takes tens of milliseconds and allocates a million strings; 200 calls of
+    // that take seconds. Reading 32 members from the end takes microseconds.
+    const startedAt = performance.now();
+    for (let i = 0; i < 200; i++) {
+      for (const [header, key] of cases) assert.equal(resolve('10.0.0.1', header), key);
+    }
+    const elapsedMs = performance.now() - startedAt;
+    assert.ok(elapsedMs < 1_000, `1,000 resolutions of 10 MB headers took ${elapsedMs.toFixed(0)} ms`);
   });
 
   it('accepts ports and bracketed IPv6 in X-Forwarded-For members', () => {

@@ -169,6 +169,30 @@ describe('spillway proxy: limiting', () => {
     assert.equal(after.status, 200);
     assert.equal(after.headers['ratelimit-policy'], '"api";q=100;w=60');
   });
+
+  it('a client behind a trusted balancer keeps its bucket however long it pads X-Forwarded-For', async () => {
+    const { proxy } = await setup(`clientAddress:
+  trustedProxies: [loopback]
+${LOCAL}buckets:
+  - name: per-client
+    key: "c:{client}"
+    limit: 2
+    windowSec: 60
+`);
+    // This test is the balancer: it appends the address it saw to whatever the client sent.
+    const from = async (client: string, sent = '') =>
+      (await send(`${proxy.base}/`, { headers: { 'X-Forwarded-For': sent ? `${sent}, ${client}` : client } }))
+        .status;
+    const padding = Array.from({ length: 40 }, (_, i) => `10.9.9.${i}`).join(', ');
+    assert.deepEqual([await from('203.0.113.7'), await from('203.0.113.7')], [200, 200]);
+    assert.equal(await from('203.0.113.7', padding), 429, 'padding is no fresh bucket');
+    assert.deepEqual(
+      [await from('203.0.113.8', padding), await from('203.0.113.8', padding)],
+      [200, 200],
+      "another padded client has its own bucket, not the balancer's",
+    );
+    assert.equal(await from('203.0.113.8'), 429);
+  });
 });
 
 describe('spillway proxy: forwarding', () => {

@@ -284,6 +284,11 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
       }
       assert.deepEqual(statuses, [200, 200, 200, 429]);
       assert.deepEqual(new Set(keys), new Set(['203.0.113.7']));
+      // Padding past any hop limit neither gives the client a fresh bucket nor the proxy's.
+      const padding = Array.from({ length: 40 }, (_, i) => `198.51.100.${i}`).join(', ');
+      const padded = await get(server.url, '/', { 'x-forwarded-for': `${padding}, 203.0.113.7, 10.1.2.3` });
+      assert.equal(padded.status, 429);
+      assert.equal(keys.at(-1), '203.0.113.7');
       assert.equal((await get(server.url, '/', { 'x-forwarded-for': '203.0.113.8' })).status, 200);
       assert.equal(keys.at(-1), '203.0.113.8');
       assert.equal((await get(server.url, '/', { 'x-forwarded-for': 'garbage, 203.0.113.9' })).status, 200);
