@@ -230,6 +230,58 @@ describe('spillway proxy: forwarding', () => {
     assert.equal(seen.headers['x-forwarded-host'], proxy.proxy.address);
   });
 
+  it("replaces an untrusted client's Forwarded and drops its X-Real-IP and similar fields", async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets: []\n`);
+    const planted = {
+      Forwarded: 'for=6.6.6.6;proto=https;host=evil.example',
+      'X-Real-IP': '6.6.6.6',
+      'True-Client-IP': '6.6.6.6',
+      'X-Client-IP': '6.6.6.6',
+      'CF-Connecting-IP': '6.6.6.6',
+      'Fastly-Client-IP': '6.6.6.6',
+      'X-Cluster-Client-IP': '6.6.6.6',
+      'X-Forwarded-Port': '443',
+      'X-Forwarded-Ssl': 'on',
+      'X-Forwarded-Prefix': '/admin',
+      'X-Forwarded-For': '6.6.6.6',
+    };
+    assert.equal((await send(`${proxy.base}/echo`, { headers: planted })).status, 200);
+    const seen = upstream.seen[0]!.headers;
+    assert.equal(seen.forwarded, `for=127.0.0.1;proto=http;host="${proxy.proxy.address}"`);
+    for (const name of Object.keys(planted)) {
+      if (name === 'Forwarded' || name === 'X-Forwarded-For') continue;
+      assert.equal(seen[name.toLowerCase()], undefined, name);
+    }
+    assert.equal(seen['x-forwarded-for'], '127.0.0.1');
+
+    // Without a Forwarded field none is added.
+    assert.equal((await send(`${proxy.base}/echo`)).status, 200);
+    assert.equal(upstream.seen[1]!.headers.forwarded, undefined);
+  });
+
+  it("extends a trusted proxy's Forwarded and passes its X-Real-IP and similar fields", async () => {
+    const { upstream, proxy } = await setup(
+      `clientAddress:\n  trustedProxies: [loopback]\n${LOCAL}buckets: []\n`,
+    );
+    const fromBalancer = {
+      Forwarded: 'for=203.0.113.7;proto=https;host=shop.example, for="[2001:db8::5]"',
+      'X-Real-IP': '203.0.113.7',
+      'CF-Connecting-IP': '203.0.113.7',
+      'X-Forwarded-Port': '443',
+      'X-Forwarded-For': '203.0.113.7',
+    };
+    assert.equal((await send(`${proxy.base}/echo`, { headers: fromBalancer })).status, 200);
+    const seen = upstream.seen[0]!.headers;
+    assert.equal(
+      seen.forwarded,
+      `${fromBalancer.Forwarded}, for=127.0.0.1;proto=http;host="${proxy.proxy.address}"`,
+    );
+    assert.equal(seen['x-real-ip'], '203.0.113.7');
+    assert.equal(seen['cf-connecting-ip'], '203.0.113.7');
+    assert.equal(seen['x-forwarded-port'], '443');
+    assert.equal(seen['x-forwarded-for'], '203.0.113.7, 127.0.0.1');
+  });
+
   it('streams 50 MB both ways without buffering: echoed bytes arrive before the upload ends', async () => {
     const upstream = await startUpstream((req, res) => {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });

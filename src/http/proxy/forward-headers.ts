@@ -34,6 +34,29 @@ function connectionNamed(
   return named;
 }
 
+/**
+ * Fields upstreams read as the client's address, written by a proxy or CDN in front of them
+ * (nginx `X-Real-IP`, Akamai/Cloudflare `True-Client-IP`, `CF-Connecting-IP`, `Fastly-Client-IP`,
+ * ...). From an untrusted peer they are the client's own claims and are dropped, as is every
+ * `X-Forwarded-*` field this proxy does not set (`-Port`, `-Ssl`, `-Prefix`, ...). From a trusted
+ * peer they are passed on unchanged. `Forwarded` is handled apart: see upstreamRequestHeaders.
+ */
+const CLIENT_ADDRESS_FIELDS = new Set([
+  'x-real-ip',
+  'true-client-ip',
+  'x-client-ip',
+  'cf-connecting-ip',
+  'fastly-client-ip',
+  'x-cluster-client-ip',
+]);
+
+function isProxyClaim(name: string): boolean {
+  return name.startsWith('x-forwarded-') || CLIENT_ADDRESS_FIELDS.has(name);
+}
+
+/** An RFC 7239 `token`; anything else is sent as a `quoted-string`. */
+const TOKEN = /^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$/;
+
 export function isHopByHop(name: string): boolean {
   return HOP_BY_HOP.has(name);
 }
@@ -51,8 +74,12 @@ export interface ForwardingFacts {
 /**
  * The request fields sent upstream: hop-by-hop fields removed, `Expect` removed (this proxy
  * already answered `100-continue` to the client; undici rejects the field), and X-Forwarded-For /
- * -Proto / -Host set. An untrusted peer's X-Forwarded-* are replaced, not extended, so a client
- * cannot plant a chain the upstream might believe. `Host` is the upstream's unless `preserveHost`.
+ * -Proto / -Host set. A trusted peer's fields are extended (X-Forwarded-For, `Forwarded`) or kept;
+ * an untrusted peer's are replaced, and its other client-address fields (CLIENT_ADDRESS_FIELDS,
+ * other X-Forwarded-*) dropped, so a client cannot plant anything an upstream might believe.
+ * `Forwarded` (RFC 7239) gets this proxy's element only when the request carries one: added to a
+ * field no proxy in front wrote, it would be all an upstream preferring it (Spring) reads, naming
+ * the balancer as the client. `Host` is the upstream's unless `preserveHost`.
  */
 export function upstreamRequestHeaders(
   headers: IncomingHttpHeaders,
@@ -64,11 +91,17 @@ export function upstreamRequestHeaders(
   for (const name of Object.keys(headers)) {
     const value = headers[name];
     if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
-    if (name === 'expect' || name === 'host') continue;
+    if (name === 'expect' || name === 'host' || name === 'forwarded') continue;
     if (name === 'x-forwarded-for' || name === 'x-forwarded-proto' || name === 'x-forwarded-host') continue;
+    if (!facts.peerTrusted && isProxyClaim(name)) continue;
     out[name] = value;
   }
   if (facts.preserveHost && headers.host !== undefined) out.host = headers.host;
+  if (headers.forwarded !== undefined && !named?.has('forwarded')) {
+    const element = forwardedElement(facts, headers.host);
+    const prior = facts.peerTrusted ? joinValues(headers.forwarded) : undefined;
+    out.forwarded = prior ? `${prior}, ${element}` : element;
+  }
   const peer = facts.peerAddress ?? 'unknown';
   const priorFor = facts.peerTrusted ? joinValues(headers['x-forwarded-for']) : undefined;
   out['x-forwarded-for'] = priorFor ? `${priorFor}, ${peer}` : peer;
@@ -92,6 +125,19 @@ export function clientResponseHeaders(
     out[name] = value;
   }
   return out;
+}
+
+/**
+ * This proxy's RFC 7239 element: `for=203.0.113.7;proto=http;host=example.com`, an IPv6 peer as
+ * `for="[2001:db8::1]"`, a missing one as `for=unknown`; `host` is the `Host` received, quoted when
+ * it is not a token (`host="example.com:8080"`).
+ */
+function forwardedElement(facts: ForwardingFacts, host: string | undefined): string {
+  const peer = facts.peerAddress;
+  const node = peer === undefined || peer === '' ? 'unknown' : peer.includes(':') ? `"[${peer}]"` : peer;
+  const element = `for=${node};proto=${facts.protocol}`;
+  if (host === undefined || host === '') return element;
+  return `${element};host=${TOKEN.test(host) ? host : `"${host.replace(/["\\]/g, '\\$&')}"`}`;
 }
 
 function joinValues(value: string | string[] | undefined): string | undefined {
