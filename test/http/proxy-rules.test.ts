@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import fc from 'fast-check';
 import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
 import { compileKeyTemplate } from '../../src/http/rules/key-template.js';
 import { loadProxyRules, parseProxyRules } from '../../src/http/rules/proxy-rules.js';
@@ -184,6 +185,85 @@ describe('merging upstream RateLimit fields', () => {
         policy: 'daily;q=1000;w=86400, "api";q=5;w=60',
         limit: 'daily;r=10;t=100, "api";r=4;t=12',
       },
+    );
+  });
+  it('a name the upstream repeats keeps its strictest member: the lowest r, not the last one sent', () => {
+    // The review's case: the last of two "caller" members won, and the upstream's r=0 was lost.
+    const proxy = { policy: '"caller";q=100000;w=1', limit: '"caller";r=99999;t=1' };
+    assert.deepEqual(
+      mergeRateLimitFields(proxy, {
+        policy: '"caller";q=10;w=1',
+        limit: '"caller";r=0;t=1, "caller";r=999999;t=1',
+      }),
+      { policy: '"caller";q=10;w=1', limit: '"caller";r=0;t=1' },
+    );
+    // Without a proxy member of that name: one member, the lowest r, on equal r the longer t.
+    assert.deepEqual(
+      mergeRateLimitFields(ours, {
+        policy: undefined,
+        limit: '"x";r=5;t=10, daily;r=1;t=9, "x";r=5;t=30, "x";r=7;t=1',
+      }),
+      { policy: '"api";q=5;w=60', limit: '"x";r=5;t=30, daily;r=1;t=9, "api";r=4;t=12' },
+    );
+  });
+
+  it('a proxy member stricter than every repeated upstream member replaces them once', () => {
+    assert.deepEqual(
+      mergeRateLimitFields(ours, {
+        policy: '"api";q=1000;w=60, "api";q=10;w=60, "api";q=50;w=1',
+        limit: '"api";r=9;t=1, "api";r=8;t=1',
+      }),
+      { policy: '"api";q=5;w=60', limit: '"api";r=4;t=12' },
+    );
+  });
+
+  it('repeated RateLimit-Policy members keep the lowest q per window; different windows are all kept', () => {
+    assert.deepEqual(
+      mergeRateLimitFields(ours, {
+        policy: '"api";q=1000;w=60, "api";q=10;w=60, "api";q=50;w=1, "api";q=20;w=1',
+        limit: '"api";r=3;t=20',
+      }),
+      { policy: '"api";q=10;w=60, "api";q=20;w=1', limit: '"api";r=3;t=20' },
+    );
+  });
+
+  it('on equal r across the two sides the longer t wins; on a full tie the upstream member', () => {
+    assert.deepEqual(mergeRateLimitFields(ours, { policy: '"api";q=9;w=60', limit: '"api";r=4;t=11' }), ours);
+    assert.deepEqual(mergeRateLimitFields(ours, { policy: '"api";q=9;w=60', limit: '"api";r=4;t=12' }), {
+      policy: '"api";q=9;w=60',
+      limit: '"api";r=4;t=12',
+    });
+  });
+
+  it('never loosens: each name is sent once, with the lowest r either side sent for it', () => {
+    const member = fc.record({
+      name: fc.constantFrom('a', 'b', 'c'),
+      remaining: fc.nat({ max: 20 }),
+      resetSec: fc.nat({ max: 20 }),
+    });
+    const list = fc.array(member, { maxLength: 6 });
+    const text = (members: { name: string; remaining: number; resetSec: number }[]) =>
+      members.map((m) => `"${m.name}";r=${m.remaining};t=${m.resetSec}`).join(', ');
+    fc.assert(
+      // The proxy's own field names each bucket once (bucket names are unique); the upstream's may repeat.
+      fc.property(fc.uniqueArray(member, { selector: (m) => m.name }), list, (mine, theirs) => {
+        const merged = mergeRateLimitFields(
+          { policy: undefined, limit: mine.length === 0 ? undefined : text(mine) },
+          { policy: undefined, limit: theirs.length === 0 ? undefined : text(theirs) },
+        );
+        const sent = new Map<string, number>();
+        for (const m of [...mine, ...theirs])
+          sent.set(m.name, Math.min(sent.get(m.name) ?? m.remaining, m.remaining));
+        const out = (merged.limit ?? '').split(', ').filter((m) => m !== '');
+        const names = out.map((m) => /^"(\w)"/.exec(m)![1]!);
+        assert.equal(new Set(names).size, names.length, `one member per name: ${merged.limit}`);
+        assert.deepEqual(new Set(names), new Set(sent.keys()));
+        for (const m of out) {
+          const [, name, remaining] = /^"(\w)";r=(\d+);t=\d+$/.exec(m)!;
+          assert.equal(Number(remaining), sent.get(name!), `${name}: ${merged.limit}`);
+        }
+      }),
+      { numRuns: 1000 },
     );
   });
 });

@@ -3,9 +3,16 @@
  * a client is never told it has more quota than either party grants:
  *
  * - Both are Structured Field Lists, so the two sides' members are combined into one list.
+ * - A name that one side lists more than once is first reduced to its strictest member, at the
+ *   place of the name's first member: in `RateLimit` the member with the lowest `r`, kept as sent
+ *   (its own `t`: `r` and `t` describe one window, and pairing one member's `r` with another's `t`
+ *   would state a window neither sent); on equal `r` the one with the longer `t`. In
+ *   `RateLimit-Policy` members of one name and the same `w` are reduced to the lowest `q`;
+ *   members of one name with different windows are different quotas and are all kept.
  * - A policy name on both sides is one policy: the member with the lower `r` (remaining) is kept,
- *   with its side's `RateLimit-Policy` member; on a tie the upstream's is kept. An upstream policy
- *   with no `r` of its own loses to the proxy's, which has one.
+ *   with its side's `RateLimit-Policy` members; on equal `r` the one with the longer `t`, and on a
+ *   full tie the upstream's. An upstream policy with no `r` of its own loses to the proxy's, which
+ *   has one.
  * - An upstream field that does not parse is kept byte for byte and the proxy's members are
  *   appended after it (what combining two field lines means in RFC 9110 §5.3): nothing the
  *   upstream said is dropped or loosened.
@@ -39,22 +46,28 @@ export function mergeRateLimitFields(
       limit: concat(upstreamLimitText, ours.limit),
     };
   }
+  const theirLimit = strictestPerName(upstreamLimit);
+  const theirPolicy = strictestPerWindow(upstreamPolicy);
+  const myLimit = strictestPerName(ourLimit);
+  const myPolicy = strictestPerWindow(ourPolicy);
   // Names where the proxy's entry is stricter: its members replace the upstream's.
   const oursWins = new Set<string>();
-  const upstreamRemaining = new Map(upstreamLimit.map((m) => [m.name, remainingOf(m)]));
-  const upstreamNames = new Set([...upstreamPolicy.map((m) => m.name), ...upstreamLimit.map((m) => m.name)]);
-  for (const member of ourLimit) {
-    const theirs = upstreamRemaining.get(member.name);
-    if (theirs === undefined || remainingOf(member) < theirs) oursWins.add(member.name);
+  const theirLimitByName = new Map(theirLimit.map((m) => [m.name, m]));
+  const upstreamNames = new Set([...theirPolicy.map((m) => m.name), ...theirLimit.map((m) => m.name)]);
+  for (const member of myLimit) {
+    const theirs = theirLimitByName.get(member.name);
+    if (theirs === undefined || stricterLimit(member, theirs)) oursWins.add(member.name);
   }
   const mergeLists = (theirs: Member[], mine: Member[]): string | undefined => {
     const out: string[] = [];
+    const replaced = new Set<string>();
     for (const member of theirs) {
-      if (oursWins.has(member.name)) {
-        const replacement = mine.find((m) => m.name === member.name);
-        if (replacement) out.push(replacement.text);
-      } else {
+      if (!oursWins.has(member.name)) {
         out.push(member.text);
+      } else if (!replaced.has(member.name)) {
+        // At the place of the name's first upstream member, once, however many the upstream sent.
+        replaced.add(member.name);
+        for (const replacement of mine) if (replacement.name === member.name) out.push(replacement.text);
       }
     }
     for (const member of mine) {
@@ -62,12 +75,59 @@ export function mergeRateLimitFields(
     }
     return out.length > 0 ? out.join(', ') : undefined;
   };
-  return { policy: mergeLists(upstreamPolicy, ourPolicy), limit: mergeLists(upstreamLimit, ourLimit) };
+  return { policy: mergeLists(theirPolicy, myPolicy), limit: mergeLists(theirLimit, myLimit) };
 }
 
-function remainingOf(member: Member): number {
-  const value = Number(member.params.get('r'));
-  return Number.isFinite(value) ? value : Number.POSITIVE_INFINITY;
+/** One `RateLimit` member per name: the strictest (see the module comment), where the name first appears. */
+function strictestPerName(members: Member[]): Member[] {
+  const out: Member[] = [];
+  const indexOf = new Map<string, number>();
+  for (const member of members) {
+    const index = indexOf.get(member.name);
+    if (index === undefined) {
+      indexOf.set(member.name, out.length);
+      out.push(member);
+    } else if (stricterLimit(member, out[index]!)) {
+      out[index] = member;
+    }
+  }
+  return out;
+}
+
+/** One `RateLimit-Policy` member per name and window: the lowest `q`, where that pair first appears. */
+function strictestPerWindow(members: Member[]): Member[] {
+  const out: Member[] = [];
+  const indexOf = new Map<string, number>();
+  for (const member of members) {
+    const window = member.params.get('w');
+    const windowNumber = Number(window);
+    const key = `${member.name}\u0000${Number.isFinite(windowNumber) ? windowNumber : (window ?? '')}`;
+    const index = indexOf.get(key);
+    if (index === undefined) {
+      indexOf.set(key, out.length);
+      out.push(member);
+    } else if (
+      numberParam(member, 'q', Number.POSITIVE_INFINITY) <
+      numberParam(out[index]!, 'q', Number.POSITIVE_INFINITY)
+    ) {
+      out[index] = member;
+    }
+  }
+  return out;
+}
+
+/** Lower `r`, or equal `r` and longer `t`. A missing `r` counts as unlimited, a missing `t` as 0. */
+function stricterLimit(a: Member, b: Member): boolean {
+  const remainingA = numberParam(a, 'r', Number.POSITIVE_INFINITY);
+  const remainingB = numberParam(b, 'r', Number.POSITIVE_INFINITY);
+  if (remainingA !== remainingB) return remainingA < remainingB;
+  return numberParam(a, 't', 0) > numberParam(b, 't', 0);
+}
+
+function numberParam(member: Member, name: string, missing: number): number {
+  const text = member.params.get(name);
+  const value = text === undefined ? Number.NaN : Number(text);
+  return Number.isFinite(value) ? value : missing;
 }
 
 function joinField(value: string | string[] | undefined): string | undefined {
