@@ -99,6 +99,8 @@ export interface RateLimitStats {
 export interface FrameworkAdapter<Req, Res> {
   peerAddress(req: Req): string | undefined;
   forwardedFor(req: Req): string | string[] | undefined;
+  /** A response header already set (by an earlier limiter or the app), or undefined. */
+  getHeader(res: Res, name: string): string | number | readonly string[] | undefined;
   setHeader(res: Res, name: string, value: string): void;
   /** Set the status of a rejection (before `onLimited` runs). */
   setStatus(res: Res, statusCode: number): void;
@@ -268,14 +270,29 @@ export function createRateLimitMiddleware<Req, Res>(
   const policyField = formatRateLimitPolicy([policy]);
 
   function writeHeaders(res: Res, decision: Decision): void {
-    adapter.setHeader(res, 'RateLimit-Policy', policyField);
+    addListMembers(res, 'RateLimit-Policy', policyField);
     const field = rateLimitField(decision, clock.nowMs());
-    if (field !== undefined) adapter.setHeader(res, 'RateLimit', field);
+    if (field !== undefined) addListMembers(res, 'RateLimit', field);
+  }
+
+  /**
+   * Limiters can be stacked (a per-client one, then a per-route one), and the app may have set the
+   * field itself: both fields are Lists, so this policy's members are added to what is there.
+   * Replacing it would tell the client it has this policy's quota while an earlier one is at zero.
+   * The usual response has no field yet and costs one lookup.
+   */
+  function addListMembers(res: Res, name: string, members: string): void {
+    const existing = adapter.getHeader(res, name);
+    adapter.setHeader(res, name, existing === undefined ? members : appendMembers(existing, members));
   }
 
   function reject(decision: Decision, req: Req, res: Res): void {
     if (adapter.ended(res)) return;
-    const retryAfterSec = retryAfterSeconds(decision.retryAfterMs);
+    // A longer Retry-After set before this limiter ran (by the app) stands: the client must wait it out.
+    const retryAfterSec = Math.max(
+      retryAfterSeconds(decision.retryAfterMs),
+      earlierRetryAfterSec(adapter.getHeader(res, 'Retry-After'), clock.nowMs()),
+    );
     adapter.setStatus(res, 429);
     if (headers) writeHeaders(res, decision);
     adapter.setHeader(res, 'Retry-After', String(retryAfterSec));
@@ -401,6 +418,31 @@ export function createRateLimitField(
     }
     return lastField;
   };
+}
+
+/** `members` added to a List field's value (a string, or one string per field line). */
+function appendMembers(existing: string | number | readonly string[], members: string): string {
+  let text = '';
+  if (typeof existing === 'object') {
+    for (const line of existing) {
+      if (line.trim() !== '') text = text === '' ? line : `${text}, ${line}`;
+    }
+  } else {
+    text = String(existing);
+  }
+  return text.trim() === '' ? members : `${text}, ${members}`;
+}
+
+/**
+ * The whole seconds a `Retry-After` already on the response asks for: delay-seconds, or an
+ * HTTP-date measured against `nowMs`. 0 when there is none or it does not parse.
+ */
+function earlierRetryAfterSec(value: string | number | readonly string[] | undefined, nowMs: number): number {
+  if (value === undefined) return 0;
+  const text = (typeof value === 'object' ? (value[0] ?? '') : String(value)).trim();
+  if (/^\d{1,15}$/.test(text)) return Number(text);
+  const dateMs = Date.parse(text);
+  return Number.isFinite(dateMs) ? Math.max(0, Math.ceil((dateMs - nowMs) / 1000)) : 0;
 }
 
 function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {

@@ -39,6 +39,12 @@ export interface RunningServer {
 export interface FrameworkUnderTest<Res> {
   name: string;
   start(options: SuiteOptions<Res>): Promise<RunningServer>;
+  /**
+   * Like `start`, with one middleware per entry of `stack`, in order, behind a first layer that
+   * sets `preset` on every response (fields the app set before the limiters ran). `stats` are
+   * the first middleware's.
+   */
+  startStack(stack: SuiteOptions<Res>[], preset?: Record<string, string | string[]>): Promise<RunningServer>;
   /** End `res` with status 418 and `body` (a custom onLimited response). */
   endCustom(res: Res, body: string): void;
 }
@@ -103,6 +109,14 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
   const servers: RunningServer[] = [];
   const serve = async (options: SuiteOptions<Res>): Promise<RunningServer> => {
     const server = await framework.start(options);
+    servers.push(server);
+    return server;
+  };
+  const serveStack = async (
+    stack: SuiteOptions<Res>[],
+    preset?: Record<string, string | string[]>,
+  ): Promise<RunningServer> => {
+    const server = await framework.startStack(stack, preset);
     servers.push(server);
     return server;
   };
@@ -246,6 +260,81 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
       assert.equal(limited.status, 429);
       assert.deepEqual(JSON.parse(limited.body), { error: 'rate_limited', retryAfterSec: 1 });
       assert.equal(server.stats.hookErrors, 1);
+    });
+  });
+
+  describe(`${framework.name}: stacked limiters`, () => {
+    /** A strict policy (3 tokens, 1/s) and a loose one (100 tokens, 1/s) on one manual clock. */
+    const strictAndLoose = () => {
+      const { clock, limiter } = localBucket();
+      const strict: SuiteOptions<Res> = {
+        limiter,
+        policy: { name: 'strict', limit: 3, windowSec: 3 },
+        clock,
+      };
+      const loose: SuiteOptions<Res> = {
+        limiter: createKeyedTokenBucket({ capacity: 100, refillPerSec: 1, clock }),
+        policy: { name: 'loose', limit: 100, windowSec: 100 },
+        clock,
+      };
+      return { strict, loose };
+    };
+
+    it('every limiter adds its members: a loose limiter after a strict one does not hide the strict count', async () => {
+      const { strict, loose } = strictAndLoose();
+      const server = await serveStack([strict, loose]);
+      const replies: Reply[] = [];
+      for (let i = 0; i < 4; i++) replies.push(await get(server.url));
+      assert.deepEqual(rateLimitFields(replies[0]!), {
+        'ratelimit-policy': '"strict";q=3;w=3, "loose";q=100;w=100',
+        ratelimit: '"strict";r=2;t=1, "loose";r=99;t=1',
+      });
+      assert.deepEqual(rateLimitFields(replies[2]!), {
+        'ratelimit-policy': '"strict";q=3;w=3, "loose";q=100;w=100',
+        ratelimit: '"strict";r=0;t=3, "loose";r=97;t=3',
+      });
+      assert.equal(replies[3]!.status, 429);
+      assert.deepEqual(
+        rateLimitFields(replies[3]!),
+        { 'ratelimit-policy': '"strict";q=3;w=3', ratelimit: '"strict";r=0;t=3', 'retry-after': '1' },
+        'the strict limiter answers; the loose one never ran',
+      );
+    });
+
+    it('a 429 from a later limiter keeps the members of the earlier ones', async () => {
+      const { strict, loose } = strictAndLoose();
+      const server = await serveStack([loose, strict]);
+      for (let i = 0; i < 3; i++) await get(server.url);
+      const limited = await get(server.url);
+      assert.equal(limited.status, 429);
+      assert.deepEqual(rateLimitFields(limited), {
+        'ratelimit-policy': '"loose";q=100;w=100, "strict";q=3;w=3',
+        ratelimit: '"loose";r=96;t=4, "strict";r=0;t=3',
+        'retry-after': '1',
+      });
+    });
+
+    it("fields the app set first are kept, a string or one string per line; the app's longer Retry-After stands", async () => {
+      const { clock, limiter } = localBucket();
+      const server = await serveStack([{ limiter, policy, clock }], {
+        'RateLimit-Policy': '"app";q=10;w=60',
+        RateLimit: ['"app";r=0;t=30', '"app-burst";r=1;t=1'],
+        'Retry-After': '30',
+      });
+      const replies: Reply[] = [];
+      for (let i = 0; i < 4; i++) replies.push(await get(server.url));
+      assert.deepEqual(rateLimitFields(replies[0]!), {
+        'ratelimit-policy': '"app";q=10;w=60, "api";q=3;w=3',
+        ratelimit: '"app";r=0;t=30, "app-burst";r=1;t=1, "api";r=2;t=1',
+        'retry-after': '30',
+      });
+      assert.equal(replies[3]!.status, 429);
+      assert.deepEqual(rateLimitFields(replies[3]!), {
+        'ratelimit-policy': '"app";q=10;w=60, "api";q=3;w=3',
+        ratelimit: '"app";r=0;t=30, "app-burst";r=1;t=1, "api";r=0;t=3',
+        'retry-after': '30',
+      });
+      assert.equal(JSON.parse(replies[3]!.body).retryAfterSec, 30, 'the body says what the header says');
     });
   });
 

@@ -23,6 +23,7 @@ export interface ExpressRateLimit {
 const expressAdapter: FrameworkAdapter<Request, Response> = {
   peerAddress: (req) => req.socket.remoteAddress,
   forwardedFor: (req) => req.headers['x-forwarded-for'],
+  getHeader: (res, name) => res.getHeader(name),
   setHeader: (res, name, value) => {
     res.setHeader(name, value);
   },

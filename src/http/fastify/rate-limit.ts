@@ -36,6 +36,7 @@ export interface FastifyRateLimit {
 const fastifyAdapter: FrameworkAdapter<FastifyRequest, FastifyReply> = {
   peerAddress: (request) => request.raw.socket?.remoteAddress,
   forwardedFor: (request) => request.headers['x-forwarded-for'],
+  getHeader: (reply, name) => reply.getHeader(name),
   setHeader: (reply, name, value) => {
     reply.header(name, value);
   },

@@ -32,18 +32,27 @@ async function listen(app: express.Express): Promise<{ url: string; close(): Pro
   };
 }
 
-async function start(options: SuiteOptions<Response>): Promise<RunningServer> {
-  const limit = expressRateLimit(options);
+async function startStack(
+  stack: SuiteOptions<Response>[],
+  preset: Record<string, string | string[]> = {},
+): Promise<RunningServer> {
+  const limits = stack.map((options) => expressRateLimit(options));
   const app = express();
   const ranSynchronously = new WeakMap<Request, boolean>();
-  app.use((req, res, next) => {
-    let returned = false;
-    limit(req, res, () => {
-      ranSynchronously.set(req, !returned);
-      next();
-    });
-    returned = true;
+  app.use((_req, res, next) => {
+    for (const [name, value] of Object.entries(preset)) res.setHeader(name, value);
+    next();
   });
+  for (const limit of limits) {
+    app.use((req, res, next) => {
+      let returned = false;
+      limit(req, res, () => {
+        ranSynchronously.set(req, ranSynchronously.get(req) !== false && !returned);
+        next();
+      });
+      returned = true;
+    });
+  }
   app.get('/', (req, res) => {
     res.json({ ok: true, sync: ranSynchronously.get(req) === true });
   });
@@ -51,12 +60,13 @@ async function start(options: SuiteOptions<Response>): Promise<RunningServer> {
     res.send('ok');
   });
   const server = await listen(app);
-  return { url: server.url, stats: limit.stats, close: server.close };
+  return { url: server.url, stats: limits[0]!.stats, close: server.close };
 }
 
 rateLimitSuite<Response>({
   name: 'express',
-  start,
+  start: (options) => startStack([options]),
+  startStack,
   endCustom: (res, body) => {
     res.status(418).send(body);
   },
@@ -102,6 +112,7 @@ describe('express: wiring', () => {
     const req = { socket: { remoteAddress: '192.0.2.1' }, headers: {} } as unknown as Request;
     const headers: Record<string, string> = {};
     const res = {
+      getHeader: (name: string) => headers[name],
       setHeader: (name: string, value: string) => {
         headers[name] = value;
       },
@@ -134,7 +145,7 @@ describe('express: wiring', () => {
       policy: { name: 'api', limit: 1, windowSec: 1 },
     });
     const req = { socket: { remoteAddress: '192.0.2.1' }, headers: {} } as unknown as Request;
-    const res = { setHeader: () => {} } as unknown as Response;
+    const res = { getHeader: () => undefined, setHeader: () => {} } as unknown as Response;
     let nextCalls = 0;
     const done = new Promise<void>((resolve) => {
       limit(req, res, () => {
@@ -164,7 +175,7 @@ describe('express: wiring', () => {
     process.on('unhandledRejection', onUnhandled);
     try {
       const req = { socket: { remoteAddress: '192.0.2.1' }, headers: {} } as unknown as Request;
-      const res = { setHeader: () => {} } as unknown as Response;
+      const res = { getHeader: () => undefined, setHeader: () => {} } as unknown as Response;
       limit(req, res, () => {
         throw new Error('downstream broke');
       });

@@ -19,28 +19,38 @@ async function listen(app: ReturnType<typeof Fastify>): Promise<{ url: string; c
   return { url: `http://127.0.0.1:${port}`, close: () => app.close() };
 }
 
-async function start(options: SuiteOptions<FastifyReply>): Promise<RunningServer> {
-  const limit = fastifyRateLimit(options);
+async function startStack(
+  stack: SuiteOptions<FastifyReply>[],
+  preset: Record<string, string | string[]> = {},
+): Promise<RunningServer> {
+  const limits = stack.map((options) => fastifyRateLimit(options));
   const app = Fastify({ forceCloseConnections: true });
   const ranSynchronously = new WeakMap<FastifyRequest, boolean>();
-  // The plugin's own hook, wrapped to observe whether `done` runs before the hook returns.
-  app.addHook('onRequest', (request, reply, done) => {
-    let returned = false;
-    limit.onRequest(request, reply, () => {
-      ranSynchronously.set(request, !returned);
-      done();
-    });
-    returned = true;
+  app.addHook('onRequest', (_request, reply, done) => {
+    for (const [name, value] of Object.entries(preset)) reply.header(name, value);
+    done();
   });
+  // Each plugin's own hook, wrapped to observe whether `done` runs before the hook returns.
+  for (const limit of limits) {
+    app.addHook('onRequest', (request, reply, done) => {
+      let returned = false;
+      limit.onRequest(request, reply, () => {
+        ranSynchronously.set(request, ranSynchronously.get(request) !== false && !returned);
+        done();
+      });
+      returned = true;
+    });
+  }
   app.get('/', async (request) => ({ ok: true, sync: ranSynchronously.get(request) === true }));
   app.get('/healthz', async () => 'ok');
   const server = await listen(app);
-  return { url: server.url, stats: limit.stats, close: server.close };
+  return { url: server.url, stats: limits[0]!.stats, close: server.close };
 }
 
 rateLimitSuite<FastifyReply>({
   name: 'fastify',
-  start,
+  start: (options) => startStack([options]),
+  startStack,
   endCustom: (reply, body) => {
     reply.code(418).type('text/plain').send(body);
   },
@@ -114,6 +124,7 @@ describe('fastify: wiring', () => {
       headers: {},
     } as unknown as FastifyRequest;
     const reply = {
+      getHeader: (name: string) => headers[name],
       header: (name: string, value: string) => {
         headers[name] = value;
       },
