@@ -836,9 +836,9 @@ async function runInProcess(index: number): Promise<void> {
   const global = createGlobalLimiter({ reporterId: 'bench', clients: [] });
   const local = createKeyedTokenBucket({ capacity: HIGH_LIMIT, refillPerSec: HIGH_LIMIT });
   const req = { socket: { remoteAddress: '203.0.113.7' }, headers: {} } as never;
-  const res = { setHeader: () => {} } as never;
+  const res = { getHeader: () => undefined, setHeader: () => {} } as never;
   const request = { raw: { socket: { remoteAddress: '203.0.113.7' } }, headers: {} } as never;
-  const reply = { header: () => {} } as never;
+  const reply = { getHeader: () => undefined, header: () => {} } as never;
   const express = (options: Parameters<typeof expressRateLimit>[0]): Run => {
     const middleware = expressRateLimit(options);
     return (next) => middleware(req, res, next);

@@ -99,7 +99,7 @@ export interface RateLimitStats {
 export interface FrameworkAdapter<Req, Res> {
   peerAddress(req: Req): string | undefined;
   forwardedFor(req: Req): string | string[] | undefined;
-  /** A response header already set (by an earlier limiter or the app), or undefined. */
+  /** A response header already set (by an earlier limiter or the app), or undefined; `name` is lower case. */
   getHeader(res: Res, name: string): string | number | readonly string[] | undefined;
   setHeader(res: Res, name: string, value: string): void;
   /** Set the status of a rejection (before `onLimited` runs). */
@@ -270,19 +270,20 @@ export function createRateLimitMiddleware<Req, Res>(
   const policyField = formatRateLimitPolicy([policy]);
 
   function writeHeaders(res: Res, decision: Decision): void {
-    addListMembers(res, 'RateLimit-Policy', policyField);
+    addListMembers(res, 'RateLimit-Policy', 'ratelimit-policy', policyField);
     const field = rateLimitField(decision, clock.nowMs());
-    if (field !== undefined) addListMembers(res, 'RateLimit', field);
+    if (field !== undefined) addListMembers(res, 'RateLimit', 'ratelimit', field);
   }
 
   /**
    * Limiters can be stacked (a per-client one, then a per-route one), and the app may have set the
    * field itself: both fields are Lists, so this policy's members are added to what is there.
    * Replacing it would tell the client it has this policy's quota while an earlier one is at zero.
-   * The usual response has no field yet and costs one lookup.
+   * The usual response has no field yet and costs one lookup, by the lower-case `key` the
+   * frameworks store fields under (lower-casing it again then returns the same string).
    */
-  function addListMembers(res: Res, name: string, members: string): void {
-    const existing = adapter.getHeader(res, name);
+  function addListMembers(res: Res, name: string, key: string, members: string): void {
+    const existing = adapter.getHeader(res, key);
     adapter.setHeader(res, name, existing === undefined ? members : appendMembers(existing, members));
   }
 
@@ -291,7 +292,7 @@ export function createRateLimitMiddleware<Req, Res>(
     // A longer Retry-After set before this limiter ran (by the app) stands: the client must wait it out.
     const retryAfterSec = Math.max(
       retryAfterSeconds(decision.retryAfterMs),
-      earlierRetryAfterSec(adapter.getHeader(res, 'Retry-After'), clock.nowMs()),
+      earlierRetryAfterSec(adapter.getHeader(res, 'retry-after'), clock.nowMs()),
     );
     adapter.setStatus(res, 429);
     if (headers) writeHeaders(res, decision);
