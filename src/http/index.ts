@@ -22,5 +22,12 @@ export {
   rateLimitHeaders,
   retryAfterSeconds,
 } from './rate-limit-headers.js';
+export type { RateLimitedBody } from './rate-limited-response.js';
+export {
+  RATE_LIMITED_CACHE_CONTROL,
+  RATE_LIMITED_CONTENT_TYPE,
+  rateLimitedBody,
+  rateLimitedJson,
+} from './rate-limited-response.js';
 export type { ProxyRules } from './rules/proxy-rules.js';
 export { loadProxyRules, parseProxyRules } from './rules/proxy-rules.js';

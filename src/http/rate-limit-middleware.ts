@@ -11,6 +11,7 @@ import {
   type RateLimitPolicy,
   retryAfterSeconds,
 } from './rate-limit-headers.js';
+import { RATE_LIMITED_CACHE_CONTROL, rateLimitedJson } from './rate-limited-response.js';
 
 /**
  * The framework-neutral body of the Express and Fastify middleware (src/http/express,
@@ -106,7 +107,7 @@ export interface FrameworkAdapter<Req, Res> {
   setStatus(res: Res, statusCode: number): void;
   /** Whether the response was already ended (by `onLimited`, or the client went away). */
   ended(res: Res): boolean;
-  /** End the response with a JSON body. */
+  /** End the response with a JSON body (`Content-Type: application/json; charset=utf-8`). */
   sendJson(res: Res, body: string): void;
 }
 
@@ -120,11 +121,6 @@ export interface RateLimitMiddleware<Req, Res> {
   clientAddress(req: Req): string;
   /** Whether decisions are synchronous (local and global limiters): `next` runs before `run` returns. */
   readonly sync: boolean;
-}
-
-/** `{ "error": "rate_limited", "retryAfterSec": n }`, n equal to the Retry-After header. */
-export function limitedBody(retryAfterSec: number): string {
-  return `{"error":"rate_limited","retryAfterSec":${retryAfterSec}}`;
 }
 
 interface MutableStats {
@@ -268,6 +264,7 @@ export function createRateLimitMiddleware<Req, Res>(
 
   const rateLimitField = createRateLimitField(policy);
   const policyField = formatRateLimitPolicy([policy]);
+  const policyNames = [policy.name];
 
   function writeHeaders(res: Res, decision: Decision): void {
     addListMembers(res, 'RateLimit-Policy', 'ratelimit-policy', policyField);
@@ -297,6 +294,7 @@ export function createRateLimitMiddleware<Req, Res>(
     adapter.setStatus(res, 429);
     if (headers) writeHeaders(res, decision);
     adapter.setHeader(res, 'Retry-After', String(retryAfterSec));
+    adapter.setHeader(res, 'Cache-Control', RATE_LIMITED_CACHE_CONTROL);
     if (onLimited !== undefined) {
       try {
         onLimited(req, res, decision);
@@ -305,7 +303,7 @@ export function createRateLimitMiddleware<Req, Res>(
       }
       if (adapter.ended(res)) return;
     }
-    adapter.sendJson(res, limitedBody(retryAfterSec));
+    adapter.sendJson(res, rateLimitedJson(policyNames, retryAfterSec));
   }
 
   function shouldSkip(req: Req): boolean {

@@ -40,12 +40,13 @@ describe('spillway proxy: limiting', () => {
     assert.equal(limited.headers['ratelimit-policy'], '"api";q=2;w=60');
     assert.equal(limited.headers.ratelimit, '"api";r=0;t=60');
     assert.equal(limited.headers['content-type'], 'application/json; charset=utf-8');
-    assert.deepEqual(JSON.parse(limited.body), {
-      error: 'rate_limited',
-      message: 'rate limit exceeded: api',
-      policies: ['api'],
-      retryAfterSeconds: 30,
-    });
+    assert.equal(limited.headers['cache-control'], 'no-store');
+    assert.equal(limited.headers['content-length'], String(Buffer.byteLength(limited.body)));
+    // Byte for byte what the Express and Fastify middleware send (test/http/rate-limit-suite.ts).
+    assert.equal(
+      limited.body,
+      '{"error":"rate_limited","message":"rate limit exceeded: api","policies":["api"],"retryAfterSeconds":30}\n',
+    );
     assert.equal(upstream.seen.length, 2, 'the rejected request never reached the upstream');
     assert.equal(
       await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'limited' }),
@@ -395,23 +396,30 @@ describe('spillway proxy: forwarding', () => {
       upstream,
     );
     const open = () =>
-      new Promise<{ status: number; socket?: import('node:net').Socket; headers: Record<string, unknown> }>(
-        (resolve, reject) => {
-          const req = request(`${proxy.base}/socket`, {
-            agent: false,
-            headers: { Connection: 'Upgrade', Upgrade: 'websocket' },
+      new Promise<{
+        status: number;
+        socket?: import('node:net').Socket;
+        headers: Record<string, unknown>;
+        body?: string;
+      }>((resolve, reject) => {
+        const req = request(`${proxy.base}/socket`, {
+          agent: false,
+          headers: { Connection: 'Upgrade', Upgrade: 'websocket' },
+        });
+        req.on('upgrade', (res, socket) =>
+          resolve({ status: res.statusCode ?? 0, socket, headers: res.headers }),
+        );
+        req.on('response', (res) => {
+          let body = '';
+          res.setEncoding('utf8');
+          res.on('data', (chunk: string) => {
+            body += chunk;
           });
-          req.on('upgrade', (res, socket) =>
-            resolve({ status: res.statusCode ?? 0, socket, headers: res.headers }),
-          );
-          req.on('response', (res) => {
-            res.resume();
-            resolve({ status: res.statusCode ?? 0, headers: res.headers });
-          });
-          req.on('error', reject);
-          req.end();
-        },
-      );
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+        });
+        req.on('error', reject);
+        req.end();
+      });
     const first = await open();
     assert.equal(first.status, 101);
     assert.equal(first.headers['x-echo'], 'on');
@@ -425,5 +433,10 @@ describe('spillway proxy: forwarding', () => {
     const second = await open();
     assert.equal(second.status, 429);
     assert.equal(second.headers['retry-after'], '60');
+    assert.equal(second.headers['cache-control'], 'no-store');
+    assert.equal(
+      second.body,
+      '{"error":"rate_limited","message":"rate limit exceeded: ws","policies":["ws"],"retryAfterSeconds":60}\n',
+    );
   });
 });

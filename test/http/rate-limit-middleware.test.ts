@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { Decision } from '../../src/core/decision.js';
 import { rateLimitHeaders } from '../../src/http/rate-limit-headers.js';
-import { createRateLimitField, limitedBody } from '../../src/http/rate-limit-middleware.js';
+import { createRateLimitField } from '../../src/http/rate-limit-middleware.js';
 
 const number = fc.oneof(
   fc.double({ noNaN: false }),
@@ -44,11 +44,5 @@ describe('createRateLimitField', () => {
       ),
       { numRuns: 2000 },
     );
-  });
-});
-
-describe('limitedBody', () => {
-  it('is the documented JSON', () => {
-    assert.deepEqual(JSON.parse(limitedBody(7)), { error: 'rate_limited', retryAfterSec: 7 });
   });
 });

@@ -84,6 +84,11 @@ export function rateLimitFields(reply: Reply): Record<string, string> {
 
 const policy = { name: 'api', limit: 3, windowSec: 3 };
 
+/** The parsed 429 body of a rejection by `policy`: the proxy's shape (src/http/rate-limited-response.ts). */
+function apiLimited(retryAfterSeconds: number) {
+  return { error: 'rate_limited', message: 'rate limit exceeded: api', policies: ['api'], retryAfterSeconds };
+}
+
 /** A keyed token bucket on a manual clock: 3 tokens, 1 per second, so headers are exact. */
 function localBucket() {
   const clock = new ManualClock(1_000_000);
@@ -148,8 +153,28 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
         ratelimit: '"api";r=0;t=3',
         'retry-after': '1',
       });
-      assert.match(String(replies[3]!.headers['content-type']), /^application\/json/);
-      assert.deepEqual(JSON.parse(replies[3]!.body), { error: 'rate_limited', retryAfterSec: 1 });
+      // Byte for byte what the proxy sends (test/http/proxy.test.ts), with the same fields.
+      assert.equal(
+        replies[3]!.body,
+        '{"error":"rate_limited","message":"rate limit exceeded: api","policies":["api"],"retryAfterSeconds":1}\n',
+      );
+      assert.deepEqual(
+        {
+          'content-type': replies[3]!.headers['content-type'],
+          'content-length': replies[3]!.headers['content-length'],
+          'cache-control': replies[3]!.headers['cache-control'],
+        },
+        {
+          'content-type': 'application/json; charset=utf-8',
+          'content-length': String(Buffer.byteLength(replies[3]!.body)),
+          'cache-control': 'no-store',
+        },
+      );
+      assert.equal(
+        replies[0]!.headers['cache-control'],
+        undefined,
+        'an admitted response is left to the app',
+      );
       assert.deepEqual(JSON.parse(replies[0]!.body), { ok: true, sync: true });
       assert.equal(server.stats.requests, 4);
       assert.equal(server.stats.admitted, 3);
@@ -241,6 +266,7 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
       assert.equal(limited.body, 'slow down');
       assert.equal(limited.headers['retry-after'], '1');
       assert.equal(limited.headers.ratelimit, '"api";r=0;t=3');
+      assert.equal(limited.headers['cache-control'], 'no-store', 'set before the hook, which may change it');
       assert.equal(seen.length, 1);
       assert.equal(seen[0]!.allowed, false);
     });
@@ -258,7 +284,7 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
       for (let i = 0; i < 3; i++) await get(server.url);
       const limited = await get(server.url);
       assert.equal(limited.status, 429);
-      assert.deepEqual(JSON.parse(limited.body), { error: 'rate_limited', retryAfterSec: 1 });
+      assert.deepEqual(JSON.parse(limited.body), apiLimited(1));
       assert.equal(server.stats.hookErrors, 1);
     });
   });
@@ -334,7 +360,7 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
         ratelimit: '"app";r=0;t=30, "app-burst";r=1;t=1, "api";r=0;t=3',
         'retry-after': '30',
       });
-      assert.equal(JSON.parse(replies[3]!.body).retryAfterSec, 30, 'the body says what the header says');
+      assert.equal(JSON.parse(replies[3]!.body).retryAfterSeconds, 30, 'the body says what the header says');
     });
   });
 
@@ -506,7 +532,7 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
         ratelimit: '"api";r=0;t=1',
         'retry-after': '1',
       });
-      assert.deepEqual(JSON.parse(dropped.body), { error: 'rate_limited', retryAfterSec: 1 });
+      assert.deepEqual(JSON.parse(dropped.body), apiLimited(1));
 
       h.aggregator.set('api', { dropRatio: 1, limitRps: 100, mode: 'shadow' });
       await h.flush();
@@ -623,7 +649,7 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
       assert.match(String(replies[0]!.headers.ratelimit), /^"api";r=2;t=(999|1000)$/);
       assert.match(String(replies[3]!.headers.ratelimit), /^"api";r=0;t=(299\d|3000)$/);
       assert.equal(replies[3]!.headers['retry-after'], '1000');
-      assert.deepEqual(JSON.parse(replies[3]!.body), { error: 'rate_limited', retryAfterSec: 1000 });
+      assert.deepEqual(JSON.parse(replies[3]!.body), apiLimited(1000));
       assert.equal(server.stats.limited, 1);
     });
 

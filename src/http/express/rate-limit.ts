@@ -5,6 +5,7 @@ import {
   type RateLimitMiddlewareOptions,
   type RateLimitStats,
 } from '../rate-limit-middleware.js';
+import { RATE_LIMITED_CONTENT_TYPE } from '../rate-limited-response.js';
 
 export type ExpressRateLimitOptions = RateLimitMiddlewareOptions<Request, Response>;
 
@@ -32,7 +33,7 @@ const expressAdapter: FrameworkAdapter<Request, Response> = {
   },
   ended: (res) => res.writableEnded || res.destroyed,
   sendJson: (res, body) => {
-    res.setHeader('Content-Type', 'application/json; charset=utf-8');
+    res.setHeader('Content-Type', RATE_LIMITED_CONTENT_TYPE);
     res.end(body);
   },
 };
@@ -40,8 +41,9 @@ const expressAdapter: FrameworkAdapter<Request, Response> = {
 /**
  * Rate limiting for Express 5 (`app.use(expressRateLimit({...}))` or per route). A local or global
  * limiter decides synchronously, and `next()` is called before the middleware returns; a Redis
- * limiter's decision is awaited. Rejections get 429, `Retry-After`, `RateLimit-Policy`,
- * `RateLimit` and `{"error":"rate_limited","retryAfterSec":n}`. See docs/middleware.md.
+ * limiter's decision is awaited. Rejections get the proxy's 429 (`rateLimitedBody`): `Retry-After`,
+ * `RateLimit-Policy`, `RateLimit`, `Cache-Control: no-store` and
+ * `{"error":"rate_limited","message":…,"policies":[name],"retryAfterSeconds":n}`. See docs/middleware.md.
  *
  * @example
  * const perClient = createKeyedTokenBucket({ capacity: 100, refillPerSec: 10 });

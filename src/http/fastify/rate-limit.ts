@@ -5,6 +5,7 @@ import {
   type RateLimitMiddlewareOptions,
   type RateLimitStats,
 } from '../rate-limit-middleware.js';
+import { RATE_LIMITED_CONTENT_TYPE } from '../rate-limited-response.js';
 
 export type FastifyRateLimitOptions = RateLimitMiddlewareOptions<FastifyRequest, FastifyReply>;
 
@@ -45,7 +46,7 @@ const fastifyAdapter: FrameworkAdapter<FastifyRequest, FastifyReply> = {
   },
   ended: (reply) => reply.sent || reply.raw.destroyed,
   sendJson: (reply, body) => {
-    reply.type('application/json; charset=utf-8').send(body);
+    reply.type(RATE_LIMITED_CONTENT_TYPE).send(body);
   },
 };
 

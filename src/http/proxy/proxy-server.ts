@@ -12,6 +12,7 @@ import type { Decision } from '../../core/decision.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
 import type { EdgeLimiter } from '../limiter-adapter.js';
 import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';
+import { rateLimitedBody } from '../rate-limited-response.js';
 import { type MatchedBucket, matchBuckets, type RequestFacts } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { normalizeRequestPath } from '../rules/route-pattern.js';
@@ -300,17 +301,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         // A body we will not read: close the connection instead of draining megabytes.
         if (hasBody(req) && !this.expectContinue) res.setHeader('connection', 'close');
         const retryAfter = limitHeaders['Retry-After'] ?? '1';
-        sendJson(
-          res,
-          429,
-          {
-            error: 'rate_limited',
-            message: `rate limit exceeded: ${verdict.rejectedBy.join(', ')}`,
-            policies: verdict.rejectedBy,
-            retryAfterSeconds: Number(retryAfter),
-          },
-          limitHeaders,
-        );
+        sendJson(res, 429, rateLimitedBody(verdict.rejectedBy, Number(retryAfter)), limitHeaders);
         return;
       }
       if (this.expectContinue) res.writeContinue();
@@ -485,11 +476,12 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       const limitHeaders = rateLimitHeaders(verdict.visible);
       if (!verdict.allowed) {
         metrics.request('limited');
-        writeRawResponse(socket, 429, limitHeaders, {
-          error: 'rate_limited',
-          message: `rate limit exceeded: ${verdict.rejectedBy.join(', ')}`,
-          policies: verdict.rejectedBy,
-        });
+        writeRawResponse(
+          socket,
+          429,
+          limitHeaders,
+          rateLimitedBody(verdict.rejectedBy, Number(limitHeaders['Retry-After'] ?? '1')),
+        );
         return;
       }
       const peer = req.socket.remoteAddress;
@@ -708,6 +700,7 @@ function writeRawResponse(
   let head = `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n`;
   for (const [name, value] of Object.entries(headers)) head += `${name}: ${value}\r\n`;
   head += `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n`;
+  head += 'cache-control: no-store\r\n';
   head += 'connection: close\r\n\r\n';
   socket.end(head + text);
 }

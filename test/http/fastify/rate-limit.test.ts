@@ -78,7 +78,12 @@ describe('fastify: wiring', () => {
       });
       const second = await get(server.url, '/b');
       assert.equal(second.status, 429, 'one client bucket across routes');
-      assert.deepEqual(JSON.parse(second.body), { error: 'rate_limited', retryAfterSec: 1 });
+      assert.deepEqual(JSON.parse(second.body), {
+        error: 'rate_limited',
+        message: 'rate limit exceeded: search',
+        policies: ['search'],
+        retryAfterSeconds: 1,
+      });
       assert.equal(limit.stats.limited, 1);
     } finally {
       await server.close();
