@@ -110,15 +110,29 @@ export interface SimpleResponse {
   body: string;
 }
 
-/** One request on a fresh connection (no pooling between test requests). */
+/**
+ * One request on a fresh connection (no pooling between test requests). A header given as an
+ * array is sent on one line per value; `path` is sent as the request target as is (in `url` the
+ * URL parser would rewrite it: `\` becomes `/`).
+ */
 export function send(
   url: string,
-  options: { method?: string; headers?: Record<string, string>; body?: string } = {},
+  options: {
+    method?: string;
+    headers?: Record<string, string | string[]>;
+    body?: string;
+    path?: string;
+  } = {},
 ): Promise<SimpleResponse> {
   return new Promise((resolve, reject) => {
     const req = request(
       url,
-      { method: options.method ?? 'GET', headers: options.headers, agent: false },
+      {
+        method: options.method ?? 'GET',
+        headers: options.headers,
+        agent: false,
+        ...(options.path === undefined ? {} : { path: options.path }),
+      },
       (res) => {
         const chunks: Buffer[] = [];
         res.on('data', (chunk: Buffer) => chunks.push(chunk));

@@ -4,7 +4,11 @@ import fc from 'fast-check';
 import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
 import { compileKeyTemplate } from '../../src/http/rules/key-template.js';
 import { loadProxyRules, parseProxyRules } from '../../src/http/rules/proxy-rules.js';
-import { compileRoutePattern, normalizeRequestPath } from '../../src/http/rules/route-pattern.js';
+import {
+  compilePathPrefix,
+  compileRoutePattern,
+  normalizeRequestPath,
+} from '../../src/http/rules/route-pattern.js';
 
 describe('route patterns and path normalization', () => {
   it('matches literals, parameters and a trailing rest', () => {
@@ -18,8 +22,27 @@ describe('route patterns and path normalization', () => {
     assert.deepEqual(compileRoutePattern('/v1/').match('/v1'), {});
   });
 
+  it('ignores the letter case of literals by default; parameters keep theirs', () => {
+    const route = compileRoutePattern('/v1/Payments/:id');
+    assert.deepEqual(route.match('/V1/PAYMENTS/AbC'), { id: 'AbC' });
+    assert.deepEqual(route.match('/v1/payments/abc'), { id: 'abc' });
+    assert.equal(route.match('/v1/paymentz/abc'), undefined);
+    const sensitive = compileRoutePattern('/v1/Payments/:id', {
+      caseSensitive: true,
+      stripPathParameters: true,
+    });
+    assert.deepEqual(sensitive.match('/v1/Payments/1'), { id: '1' });
+    assert.equal(sensitive.match('/v1/payments/1'), undefined);
+    const prefix = compilePathPrefix('/Admin/');
+    assert.ok(prefix.matches('/admin') && prefix.matches('/ADMIN/x') && prefix.matches('/aDmIn/x/y'));
+    assert.ok(!prefix.matches('/adminx') && !prefix.matches('/adm') && !prefix.matches('/x/admin'));
+    const sensitivePrefix = compilePathPrefix('/Admin', { caseSensitive: true, stripPathParameters: true });
+    assert.ok(sensitivePrefix.matches('/Admin/x') && !sensitivePrefix.matches('/admin/x'));
+    assert.ok(compilePathPrefix('/').matches('/anything'));
+  });
+
   it('rejects malformed patterns', () => {
-    for (const bad of ['v1', '/a/*/b', '/a/:', '/a/:id/:id', '/a//b', '/a/x*']) {
+    for (const bad of ['v1', '/a/*/b', '/a/:', '/a/:id/:id', '/a//b', '/a/x*', '/a\\b', '/a;x/b']) {
       assert.throws(() => compileRoutePattern(bad), Error, bad);
     }
   });
@@ -32,6 +55,20 @@ describe('route patterns and path normalization', () => {
     assert.equal(normalizeRequestPath('/../../etc'), '/etc');
     assert.equal(normalizeRequestPath(''), '/');
     assert.equal(normalizeRequestPath('*'), '/');
+  });
+
+  it('reads "\\" as "/" and cuts ";params" from each segment before resolving dot segments', () => {
+    assert.equal(normalizeRequestPath('/admin\\x\\..\\y?q=\\'), '/admin/y');
+    assert.equal(normalizeRequestPath('/admin;/x'), '/admin/x');
+    assert.equal(normalizeRequestPath('/admin;jsessionid=1/x;a=b;c'), '/admin/x');
+    assert.equal(normalizeRequestPath('/x/..;/admin/x'), '/admin/x', 'Tomcat reads "..;" as ".."');
+    assert.equal(normalizeRequestPath('/;x/admin'), '/admin');
+    assert.equal(normalizeRequestPath('/admin%3Bx/y'), '/admin%3Bx/y', 'an encoded ";" stays a character');
+    assert.equal(normalizeRequestPath('/Admin/X'), '/Admin/X', 'case is left to the patterns');
+    assert.equal(
+      normalizeRequestPath('/admin;/x/..;/y', { caseSensitive: false, stripPathParameters: false }),
+      '/admin;/x/..;/y',
+    );
   });
 });
 
@@ -58,6 +95,12 @@ describe('key templates', () => {
     assert.match(unsafe, /^k=h\.[0-9a-f]{16}$/);
     assert.match(compileKeyTemplate('k={headerHash:x-api-key}', []).render(context), /^k=[0-9a-f]{16}$/);
     assert.equal(compileKeyTemplate('k={header:x-missing}', []).render(context), 'k=-');
+  });
+
+  it('renders HEAD as GET in {method} unless headMatchesGet is off', () => {
+    const head = { ...context, method: 'HEAD' };
+    assert.equal(compileKeyTemplate('m={method}', []).render(head), 'm=GET');
+    assert.equal(compileKeyTemplate('m={method}', [], { headMatchesGet: false }).render(head), 'm=HEAD');
   });
 
   it('rejects unknown placeholders and parameters the route does not capture', () => {
@@ -87,6 +130,18 @@ describe('rules file', () => {
     [
       'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { methods: [get] }\n',
       'r.yaml:10:24: buckets[0].match.methods[0]: must be an upper-case method name, got "get"',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { path: "/a;v=1/b" }\n',
+      'r.yaml:10:20: buckets[0].match.path: "/a;v=1/b": ";" never matches: path parameters are cut from requests before matching (routing.stripPathParameters)',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { prefix: "/a\\\\b" }\n',
+      'r.yaml:10:22: buckets[0].match.prefix: "/a\\b": "\\" never matches (requests match with "/" for it)',
+    ],
+    [
+      'routing:\n  caseSensitive: yes\nbuckets: []\n',
+      'r.yaml:7:18: routing.caseSensitive: expected boolean, got "yes"',
     ],
   ];
   for (const [body, message] of failures) {
@@ -164,6 +219,19 @@ describe('rules file', () => {
     assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');
     assert.equal(rules.buckets[0]!.key.source, 'a');
+    assert.deepEqual(rules.routing, {
+      caseSensitive: false,
+      headMatchesGet: true,
+      stripPathParameters: true,
+    });
+  });
+
+  it('lets methods: [GET] match HEAD unless routing.headMatchesGet is off', () => {
+    const bucket = `buckets:\n  - name: a\n    limit: 5\n    windowSec: 1\n    match: { methods: [GET, POST] }\n`;
+    assert.deepEqual([...parseProxyRules(head + bucket).buckets[0]!.methods!], ['GET', 'POST', 'HEAD']);
+    const off = parseProxyRules(`${head}routing:\n  headMatchesGet: false\n${bucket}`);
+    assert.deepEqual([...off.buckets[0]!.methods!], ['GET', 'POST']);
+    assert.equal(off.routing.caseSensitive, false, 'the other routing defaults still apply');
   });
 });
 

@@ -104,6 +104,67 @@ describe('spillway proxy: limiting', () => {
     assert.equal(none.headers['ratelimit-policy'], undefined, 'no bucket matched, no fields');
   });
 
+  it('matches every spelling an upstream routes to the same handler: case, "\\", ";params", HEAD for GET', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: admin
+    limit: 1
+    windowSec: 60
+    match: { path: /admin/* }
+  - name: reads
+    key: "reads:{method}:{param:id}"
+    limit: 1
+    windowSec: 60
+    match: { path: /items/:id, methods: [GET] }
+`);
+    assert.equal((await send(`${proxy.base}/admin/x`)).status, 200);
+    // Express routes these to /admin/*, the WHATWG parser reads "\" as "/", Tomcat and Spring
+    // cut ";params" (also from "..;"): each must spend the same bucket.
+    for (const path of [
+      '/Admin/x',
+      '/ADMIN/x',
+      '/admin\\x',
+      '/admin;/x',
+      '/admin;jsessionid=1/x',
+      '/x/..;/admin/x',
+    ]) {
+      const response = await send(proxy.base, { path });
+      assert.equal(response.status, 429, path);
+      assert.deepEqual(JSON.parse(response.body).policies, ['admin'], path);
+    }
+    // HEAD runs the GET handler, and {method} renders it as GET: one budget for both.
+    const get = await send(`${proxy.base}/items/A1`);
+    assert.equal(get.status, 200);
+    const head = await send(`${proxy.base}/ITEMS/A1;v=2`, { method: 'HEAD' });
+    assert.equal(head.status, 429);
+    assert.equal(head.headers['ratelimit-policy'], '"reads";q=1;w=60');
+    // A parameter keeps its case (an id is the upstream's business), so this is another key.
+    assert.equal((await send(`${proxy.base}/items/a1`)).status, 200);
+    assert.equal((await send(`${proxy.base}/items/a1`, { method: 'POST' })).status, 200, 'POST is not GET');
+    assert.deepEqual(
+      upstream.seen.map((req) => `${req.method} ${req.url}`),
+      ['GET /admin/x', 'GET /items/A1', 'GET /items/a1', 'POST /items/a1'],
+    );
+  });
+
+  it('routing options make matching case-sensitive, HEAD its own method and ";" a character', async () => {
+    const { proxy } = await setup(`routing:
+  caseSensitive: true
+  headMatchesGet: false
+  stripPathParameters: false
+${LOCAL}buckets:
+  - name: admin
+    limit: 1
+    windowSec: 60
+    match: { prefix: /admin, methods: [GET] }
+`);
+    assert.equal((await send(`${proxy.base}/admin/x`)).status, 200);
+    assert.equal((await send(`${proxy.base}/admin/x`)).status, 429);
+    assert.equal((await send(`${proxy.base}/Admin/x`)).status, 200);
+    assert.equal((await send(`${proxy.base}/admin/x`, { method: 'HEAD' })).status, 200);
+    assert.equal((await send(proxy.base, { path: '/admin;/x' })).status, 200);
+    assert.equal((await send(proxy.base, { path: '/admin\\x' })).status, 429, '"\\" is always "/"');
+  });
+
   it('shadow buckets add nothing visible but count would-drops', async () => {
     const { upstream, proxy } = await setup(`${LOCAL}buckets:
   - name: watch

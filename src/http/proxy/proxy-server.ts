@@ -15,7 +15,7 @@ import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js
 import { rateLimitedBody } from '../rate-limited-response.js';
 import { type MatchedBucket, matchBuckets, type RequestFacts } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
-import { normalizeRequestPath } from '../rules/route-pattern.js';
+import { normalizeRequestPath, type PathMatching } from '../rules/route-pattern.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import type { ProxyBackend } from './proxy-backend.js';
 import {
@@ -103,13 +103,16 @@ class LazyRequestFacts implements RequestFacts {
   constructor(
     private readonly req: IncomingMessage,
     private readonly resolveClient: ActiveRules['resolveClient'],
+    private readonly routing: PathMatching,
   ) {
     this.method = req.method ?? 'GET';
     this.header = (name) => headerValue(req, name);
   }
 
   get path(): string {
-    if (this.normalizedPath === undefined) this.normalizedPath = normalizeRequestPath(this.req.url);
+    if (this.normalizedPath === undefined) {
+      this.normalizedPath = normalizeRequestPath(this.req.url, this.routing);
+    }
     return this.normalizedPath;
   }
 
@@ -197,7 +200,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
   function decide(rules: ActiveRules, req: IncomingMessage): Verdict | Promise<Verdict> {
     if (rules.rules.buckets.length === 0) return ALLOW_UNLIMITED;
-    const matched = matchBuckets(rules.rules.buckets, new LazyRequestFacts(req, rules.resolveClient));
+    const facts = new LazyRequestFacts(req, rules.resolveClient, rules.rules.routing);
+    const matched = matchBuckets(rules.rules.buckets, facts);
     if (matched.length === 0) return ALLOW_UNLIMITED;
     const outcomes: (BucketOutcome | Promise<BucketOutcome>)[] = [];
     let pending = false;

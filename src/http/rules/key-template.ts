@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
  * | placeholder | value |
  * |---|---|
  * | `{client}` | the client address key from client-address.ts (`203.0.113.7`, `2001:db8:1:2::/64`) |
- * | `{method}` | the request method, upper case |
+ * | `{method}` | the request method, upper case; HEAD renders as GET under `headMatchesGet` (one handler, one budget) |
  * | `{route}` | the bucket's matched route pattern or prefix, as written in the rules |
  * | `{param:id}` | a `:id` segment captured by the bucket's route pattern |
  * | `{header:x-api-key}` | the header's value |
@@ -16,6 +16,10 @@ import { createHash } from 'node:crypto';
  * `h.` and its hash prefix, so a hostile header cannot inject separators or blow up key length. A
  * missing value renders as `-`: every request without the header shares one bucket (omitting
  * the header is never a way around the limit).
+ *
+ * No placeholder renders the request path itself: `{route}` is the pattern as written and a
+ * `{param}` is read from the normalized path, so spellings of one path (`/V1/x`, `/v1;a/x`,
+ * `/v1\x`) that match one route also render one key.
  */
 export interface KeyContext {
   client: string;
@@ -23,6 +27,11 @@ export interface KeyContext {
   route: string;
   params: Record<string, string>;
   header(name: string): string | undefined;
+}
+
+export interface KeyTemplateOptions {
+  /** `{method}` renders HEAD as GET. */
+  readonly headMatchesGet: boolean;
 }
 
 export interface KeyTemplate {
@@ -42,7 +51,11 @@ const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 type Part = string | ((context: KeyContext) => string);
 
 /** Throws a plain Error with a message suitable for a config issue. */
-export function compileKeyTemplate(source: string, paramNames: readonly string[]): KeyTemplate {
+export function compileKeyTemplate(
+  source: string,
+  paramNames: readonly string[],
+  options: KeyTemplateOptions = { headMatchesGet: true },
+): KeyTemplate {
   const parts: Part[] = [];
   const headers: string[] = [];
   let rest = source;
@@ -58,7 +71,7 @@ export function compileKeyTemplate(source: string, paramNames: readonly string[]
     if (open > 0) parts.push(rest.slice(0, open));
     const end = rest.indexOf('}', open);
     if (end === -1) throw new Error(`"${source}": unmatched "{"`);
-    parts.push(placeholder(rest.slice(open + 1, end), source, paramNames, headers));
+    parts.push(placeholder(rest.slice(open + 1, end), source, paramNames, headers, options));
     rest = rest.slice(end + 1);
   }
   if (parts.length === 0) throw new Error('key template is empty');
@@ -77,7 +90,13 @@ export function compileKeyTemplate(source: string, paramNames: readonly string[]
   };
 }
 
-function placeholder(body: string, source: string, paramNames: readonly string[], headers: string[]): Part {
+function placeholder(
+  body: string,
+  source: string,
+  paramNames: readonly string[],
+  headers: string[],
+  options: KeyTemplateOptions,
+): Part {
   const colon = body.indexOf(':');
   const kind = colon === -1 ? body : body.slice(0, colon);
   const argument = colon === -1 ? '' : body.slice(colon + 1);
@@ -91,7 +110,9 @@ function placeholder(body: string, source: string, paramNames: readonly string[]
     case 'client':
       return (context) => safeValue(context.client);
     case 'method':
-      return (context) => safeValue(context.method);
+      return options.headMatchesGet
+        ? (context) => safeValue(context.method === 'HEAD' ? 'GET' : context.method)
+        : (context) => safeValue(context.method);
     case 'route':
       return (context) => context.route;
     case 'param':

@@ -36,9 +36,8 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
       params = captured;
       route = bucket.route.source;
     } else if (bucket.prefix !== undefined) {
-      const prefix = bucket.prefix;
-      if (prefix !== '' && request.path !== prefix && !request.path.startsWith(`${prefix}/`)) continue;
-      route = bucket.config.match.prefix ?? '';
+      if (!bucket.prefix.matches(request.path)) continue;
+      route = bucket.prefix.source;
     }
     // A constant key (the default: the bucket name) reads nothing from the request.
     const key =

@@ -6,7 +6,12 @@ import type { ClientAddressOptions } from '../client-address.js';
 import { createClientAddressResolver } from '../client-address.js';
 import type { RateLimitPolicy } from '../rate-limit-headers.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
-import { compileRoutePattern, type RoutePattern } from './route-pattern.js';
+import {
+  compilePathPrefix,
+  compileRoutePattern,
+  type PathPrefix,
+  type RoutePattern,
+} from './route-pattern.js';
 
 /**
  * The rules file of `spillway proxy`: where to forward, which limiter backend, and which buckets
@@ -106,6 +111,21 @@ const backendSchema = z.discriminatedUnion('kind', [
   }),
 ]);
 
+/**
+ * How the upstream routes requests, so that every spelling reaching one of its handlers matches
+ * the same buckets (docs/proxy.md, "Path spelling"). The defaults over-match: a limit that covers
+ * a spelling the upstream treats as another route is the safe failure, one that misses a
+ * spelling reaching the same handler a bypass.
+ */
+const routingSchema = z.strictObject({
+  /** Literal path segments and prefixes compare ASCII letter case. */
+  caseSensitive: z.boolean().default(false),
+  /** `methods: [GET]` also matches HEAD, and `{method}` renders HEAD as GET: frameworks answer HEAD with the GET handler. */
+  headMatchesGet: z.boolean().default(true),
+  /** `;params` are cut from each path segment before matching (`/admin;x/y` is `/admin/y`, as on Tomcat). */
+  stripPathParameters: z.boolean().default(true),
+});
+
 const matchSchema = z.strictObject({
   /** Methods (upper case) the bucket applies to; absent: all. */
   methods: z
@@ -146,6 +166,7 @@ const rulesSchema = z.strictObject({
     ipv6PrefixLength: 64,
     ipv4PrefixLength: 32,
   }),
+  routing: routingSchema.default({ caseSensitive: false, headMatchesGet: true, stripPathParameters: true }),
   backend: backendSchema,
   buckets: z.array(bucketSchema).max(64),
 });
@@ -153,6 +174,7 @@ const rulesSchema = z.strictObject({
 export type UpstreamConfig = z.output<typeof upstreamSchema>;
 export type ServerConfig = z.output<typeof serverSchema>;
 export type BackendConfig = z.output<typeof backendSchema>;
+export type RoutingConfig = z.output<typeof routingSchema>;
 export type BucketConfig = z.output<typeof bucketSchema>;
 
 /** A bucket ready to decide requests. */
@@ -162,7 +184,7 @@ export interface ProxyBucket {
   readonly shadow: boolean;
   readonly methods: ReadonlySet<string> | undefined;
   readonly route: RoutePattern | undefined;
-  readonly prefix: string | undefined;
+  readonly prefix: PathPrefix | undefined;
   readonly requiredHeader: string | undefined;
   readonly key: KeyTemplate;
 }
@@ -171,6 +193,7 @@ export interface ProxyRules {
   readonly upstream: UpstreamConfig;
   readonly server: ServerConfig;
   readonly clientAddress: ClientAddressOptions;
+  readonly routing: RoutingConfig;
   readonly backend: BackendConfig;
   readonly buckets: readonly ProxyBucket[];
 }
@@ -280,20 +303,25 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
     let route: RoutePattern | undefined;
     if (match.path !== undefined) {
       try {
-        route = compileRoutePattern(match.path);
+        route = compileRoutePattern(match.path, raw.routing);
       } catch (error) {
         return at(['match', 'path'], (error as Error).message);
       }
     }
-    if (match.prefix !== undefined && !match.prefix.startsWith('/')) {
-      return at(['match', 'prefix'], `"${match.prefix}" must start with "/"`);
+    let prefix: PathPrefix | undefined;
+    if (match.prefix !== undefined) {
+      try {
+        prefix = compilePathPrefix(match.prefix, raw.routing);
+      } catch (error) {
+        return at(['match', 'prefix'], (error as Error).message);
+      }
     }
     if (match.header !== undefined && !/^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/.test(match.header)) {
       return at(['match', 'header'], `"${match.header}" is not a header name`);
     }
     let key: KeyTemplate;
     try {
-      key = compileKeyTemplate(bucket.key ?? bucket.name, route?.paramNames ?? []);
+      key = compileKeyTemplate(bucket.key ?? bucket.name, route?.paramNames ?? [], raw.routing);
     } catch (error) {
       return at(['key'], (error as Error).message);
     }
@@ -301,9 +329,9 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
       config: bucket,
       policy: { name: bucket.name, limit: bucket.limit, windowSec: bucket.windowSec },
       shadow: bucket.mode === 'shadow',
-      methods: match.methods ? new Set(match.methods) : undefined,
+      methods: match.methods ? methodSet(match.methods, raw.routing) : undefined,
       route,
-      prefix: match.prefix === undefined ? undefined : match.prefix.replace(/\/+$/, ''),
+      prefix,
       requiredHeader: match.header?.toLowerCase(),
       key,
     });
@@ -313,8 +341,15 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
       upstream: raw.upstream,
       server: raw.server,
       clientAddress: raw.clientAddress,
+      routing: raw.routing,
       backend: raw.backend,
       buckets,
     },
   };
+}
+
+function methodSet(methods: readonly string[], routing: RoutingConfig): ReadonlySet<string> {
+  const set = new Set(methods);
+  if (routing.headMatchesGet && set.has('GET')) set.add('HEAD');
+  return set;
 }
