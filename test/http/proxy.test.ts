@@ -165,6 +165,55 @@ ${LOCAL}buckets:
     assert.equal((await send(proxy.base, { path: '/admin\\x' })).status, 429, '"\\" is always "/"');
   });
 
+  it('refuses a request that sends a key header on several lines with 400, forwarding and charging nothing', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: per-caller
+    key: "caller={header:x-api-key}"
+    limit: 2
+    windowSec: 60
+    match: { prefix: /v1 }
+  - name: per-token
+    key: "token={headerHash:authorization}"
+    limit: 5
+    windowSec: 60
+    match: { prefix: /v2 }
+`);
+    const one = { 'x-api-key': 'A' };
+    assert.equal((await send(`${proxy.base}/v1/x`, { headers: one })).status, 200);
+    const repeated: Record<string, string[]>[] = [
+      { 'x-api-key': ['A', 'A'] },
+      { 'x-api-key': ['B', 'A'] },
+      { 'X-Api-Key': ['A', ''] },
+    ];
+    for (const headers of repeated) {
+      const response = await send(`${proxy.base}/v1/x`, { method: 'POST', headers, body: 'payload' });
+      assert.equal(response.status, 400, JSON.stringify(headers));
+      assert.equal(response.headers['content-type'], 'application/json; charset=utf-8');
+      assert.deepEqual(JSON.parse(response.body), {
+        error: 'repeated_key_header',
+        message:
+          'the x-api-key header is part of a rate limit key and must be sent once; it came on several lines',
+        header: 'x-api-key',
+      });
+      assert.equal(response.headers['ratelimit-policy'], undefined);
+    }
+    // Node keeps only the first Authorization line in req.headers; rawHeaders still shows both.
+    const token = await send(`${proxy.base}/v2/x`, { headers: { authorization: ['Bearer a', 'Bearer b'] } });
+    assert.equal(token.status, 400);
+    assert.equal(JSON.parse(token.body).header, 'authorization');
+    // Repeating a header no matching bucket's key reads is fine.
+    const other = await send(`${proxy.base}/v1/x`, { headers: { ...one, 'x-other': ['1', '2'] } });
+    assert.equal(other.status, 200);
+    assert.equal(other.headers.ratelimit, '"per-caller";r=0;t=60', 'the refused requests spent nothing');
+    assert.equal((await send(`${proxy.base}/v2/x`, { headers: { 'x-api-key': ['A', 'A'] } })).status, 200);
+    assert.equal((await send(`${proxy.base}/v1/x`, { headers: one })).status, 429);
+    assert.equal(upstream.seen.length, 3, 'no refused request reached the upstream');
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'bad_request' }),
+      4,
+    );
+  });
+
   it('shadow buckets add nothing visible but count would-drops', async () => {
     const { upstream, proxy } = await setup(`${LOCAL}buckets:
   - name: watch
@@ -498,6 +547,45 @@ describe('spillway proxy: forwarding', () => {
     assert.equal(
       second.body,
       '{"error":"rate_limited","message":"rate limit exceeded: ws","policies":["ws"],"retryAfterSeconds":60}\n',
+    );
+  });
+
+  it('refuses an upgrade that sends a key header on several lines with 400', async () => {
+    const upstream = await startUpstream();
+    let upgrades = 0;
+    upstream.server.on('upgrade', (_req, socket) => {
+      upgrades++;
+      socket.destroy();
+    });
+    const { proxy } = await setup(
+      `${LOCAL}buckets:\n  - name: ws\n    key: "{header:x-api-key}"\n    limit: 5\n    windowSec: 60\n`,
+      upstream,
+    );
+    const response = await new Promise<{ status: number; body: string }>((resolve, reject) => {
+      const req = request(`${proxy.base}/socket`, {
+        agent: false,
+        headers: { Connection: 'Upgrade', Upgrade: 'websocket', 'x-api-key': ['A', 'B'] },
+      });
+      req.on('upgrade', (res, socket) => {
+        socket.destroy();
+        resolve({ status: res.statusCode ?? 0, body: '' });
+      });
+      req.on('response', (res) => {
+        let body = '';
+        res.on('data', (data: Buffer) => {
+          body += data.toString();
+        });
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, body }));
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(response.status, 400);
+    assert.equal(JSON.parse(response.body).error, 'repeated_key_header');
+    assert.equal(upgrades, 0);
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'bad_request' }),
+      1,
     );
   });
 });

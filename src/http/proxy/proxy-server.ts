@@ -13,7 +13,12 @@ import { createClientAddressResolver, createTrustedProxyMatcher } from '../clien
 import type { EdgeLimiter } from '../limiter-adapter.js';
 import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';
 import { rateLimitedBody } from '../rate-limited-response.js';
-import { type MatchedBucket, matchBuckets, type RequestFacts } from '../rules/match-buckets.js';
+import {
+  type MatchedBucket,
+  matchBuckets,
+  type RequestFacts,
+  repeatedKeyHeader,
+} from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { normalizeRequestPath, type PathMatching } from '../rules/route-pattern.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
@@ -81,6 +86,8 @@ interface Verdict {
   allowed: boolean;
   visible: { policy: RateLimitPolicy; decision: Decision }[];
   rejectedBy: string[];
+  /** Set when a key header came on several lines: the request is answered 400, no bucket decided. */
+  repeatedHeader?: string;
 }
 
 const LOG_INTERVAL_MS = 10_000;
@@ -114,6 +121,23 @@ class LazyRequestFacts implements RequestFacts {
       this.normalizedPath = normalizeRequestPath(this.req.url, this.routing);
     }
     return this.normalizedPath;
+  }
+
+  /**
+   * From `rawHeaders`, as `headers` joins repeated lines (or keeps only the first, for
+   * `authorization` and the like). One pass over the lines, no allocation; none at all for a
+   * request without the header.
+   */
+  headerRepeated(name: string): boolean {
+    if (this.req.headers[name] === undefined) return false;
+    const raw = this.req.rawHeaders;
+    let seen = false;
+    for (let i = 0; i < raw.length; i += 2) {
+      if (!sameHeaderName(raw[i]!, name)) continue;
+      if (seen) return true;
+      seen = true;
+    }
+    return false;
   }
 
   get client(): string {
@@ -203,6 +227,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     const facts = new LazyRequestFacts(req, rules.resolveClient, rules.rules.routing);
     const matched = matchBuckets(rules.rules.buckets, facts);
     if (matched.length === 0) return ALLOW_UNLIMITED;
+    const repeatedHeader = repeatedKeyHeader(matched, facts);
+    if (repeatedHeader !== undefined) return { allowed: false, visible: [], rejectedBy: [], repeatedHeader };
     const outcomes: (BucketOutcome | Promise<BucketOutcome>)[] = [];
     let pending = false;
     for (const match of matched) {
@@ -299,6 +325,12 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     /** The verdict is in: answer 429, or forward. */
     proceed(verdict: Verdict): void {
       const { req, res } = this;
+      if (verdict.repeatedHeader !== undefined) {
+        metrics.request('bad_request');
+        if (hasBody(req) && !this.expectContinue) res.setHeader('connection', 'close');
+        sendJson(res, 400, repeatedHeaderBody(verdict.repeatedHeader));
+        return;
+      }
       const limitHeaders = verdict.visible.length === 0 ? NO_HEADERS : rateLimitHeaders(verdict.visible);
       if (!verdict.allowed) {
         metrics.request('limited');
@@ -477,6 +509,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       }
       const verdictOrPromise = decide(rules, req);
       const verdict = verdictOrPromise instanceof Promise ? await verdictOrPromise : verdictOrPromise;
+      if (verdict.repeatedHeader !== undefined) {
+        metrics.request('bad_request');
+        writeRawResponse(socket, 400, {}, repeatedHeaderBody(verdict.repeatedHeader));
+        return;
+      }
       const limitHeaders = rateLimitHeaders(verdict.visible);
       if (!verdict.allowed) {
         metrics.request('limited');
@@ -653,6 +690,25 @@ function hasBody(req: IncomingMessage): boolean {
   const length = req.headers['content-length'];
   if (length !== undefined) return length !== '0';
   return req.headers['transfer-encoding'] !== undefined;
+}
+
+function repeatedHeaderBody(name: string): { error: string; message: string; header: string } {
+  return {
+    error: 'repeated_key_header',
+    message: `the ${name} header is part of a rate limit key and must be sent once; it came on several lines`,
+    header: name,
+  };
+}
+
+/** `raw` (as sent) is `lowerCaseName` ignoring ASCII letter case; allocates nothing. */
+function sameHeaderName(raw: string, lowerCaseName: string): boolean {
+  if (raw.length !== lowerCaseName.length) return false;
+  for (let i = 0; i < raw.length; i++) {
+    let code = raw.charCodeAt(i);
+    if (code >= 0x41 && code <= 0x5a) code += 0x20;
+    if (code !== lowerCaseName.charCodeAt(i)) return false;
+  }
+  return true;
 }
 
 function headerValue(req: IncomingMessage, name: string): string | undefined {

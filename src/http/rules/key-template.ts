@@ -15,7 +15,10 @@ import { createHash } from 'node:crypto';
  * A value made of anything but `[A-Za-z0-9._~:@/+=-]`, or longer than 128 characters, is replaced by
  * `h.` and its hash prefix, so a hostile header cannot inject separators or blow up key length. A
  * missing value renders as `-`: every request without the header shares one bucket (omitting
- * the header is never a way around the limit).
+ * the header is never a way around the limit). A header sent on more than one line has no one value
+ * (upstreams differ on which they read): the proxy refuses such a request before any bucket is
+ * charged (`repeatedKeyHeader` in match-buckets.ts), so the joined value `header()` gives for it
+ * is never used as a key.
  *
  * No placeholder renders the request path itself: `{route}` is the pattern as written and a
  * `{param}` is read from the normalized path, so spellings of one path (`/V1/x`, `/v1;a/x`,

@@ -9,6 +9,8 @@ export interface RequestFacts {
   client: string;
   /** A header's value (lower-case name); repeated headers joined with `, `. */
   header(name: string): string | undefined;
+  /** Whether the header (lower-case name) came on more than one line. */
+  headerRepeated(name: string): boolean;
 }
 
 /** Shared by buckets without a route pattern (no parameters); never written to. */
@@ -52,4 +54,20 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
     matched.push({ bucket, key });
   }
   return matched;
+}
+
+/**
+ * A header that a matched bucket's key reads and the request sent on more than one line, else
+ * undefined. Such a request is ambiguous: Node joins the lines (`A, A`, a key of its own) or keeps
+ * the first, while upstreams read the first, the last or all of them, so the caller a key names
+ * need not be the one the upstream serves. The proxy refuses it rather than guess.
+ */
+export function repeatedKeyHeader(
+  matched: readonly MatchedBucket[],
+  request: RequestFacts,
+): string | undefined {
+  for (const { bucket } of matched) {
+    for (const name of bucket.key.headers) if (request.headerRepeated(name)) return name;
+  }
+  return undefined;
 }
