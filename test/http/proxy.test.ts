@@ -214,6 +214,24 @@ ${LOCAL}buckets:
     );
   });
 
+  it('a shadow bucket keyed on a header refuses nothing when the header is repeated', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: shadow-token
+    mode: shadow
+    key: "token={headerHash:authorization}"
+    limit: 5
+    windowSec: 60
+`);
+    const response = await send(`${proxy.base}/x`, { headers: { authorization: ['Bearer a', 'Bearer b'] } });
+    assert.equal(response.status, 200, 'shadow buckets never answer a client');
+    assert.equal(response.headers['ratelimit-policy'], undefined);
+    assert.equal(upstream.seen.length, 1);
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'bad_request' }),
+      0,
+    );
+  });
+
   it('shadow buckets add nothing visible but count would-drops', async () => {
     const { upstream, proxy } = await setup(`${LOCAL}buckets:
   - name: watch

@@ -57,16 +57,19 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
 }
 
 /**
- * A header that a matched bucket's key reads and the request sent on more than one line, else
- * undefined. Such a request is ambiguous: Node joins the lines (`A, A`, a key of its own) or keeps
- * the first, while upstreams read the first, the last or all of them, so the caller a key names
- * need not be the one the upstream serves. The proxy refuses it rather than guess.
+ * A header that a matched enforcing bucket's key reads and the request sent on more than one line,
+ * else undefined. Such a request is ambiguous: Node joins the lines into one value (`A, A`, a key
+ * of its own), which is what the upstream then receives and may read as a list (its first or last
+ * member: `A`), so the caller a key names need not be the one the upstream serves. The proxy
+ * refuses it rather than guess.
  */
 export function repeatedKeyHeader(
   matched: readonly MatchedBucket[],
   request: RequestFacts,
 ): string | undefined {
   for (const { bucket } of matched) {
+    // A shadow bucket never answers a client: it counts the joined value as a key of its own.
+    if (bucket.shadow) continue;
     for (const name of bucket.key.headers) if (request.headerRepeated(name)) return name;
   }
   return undefined;
