@@ -303,6 +303,21 @@ describe('merging upstream RateLimit fields', () => {
     });
   });
 
+  it('a name the upstream sends in one field only keeps our members in both fields when ours wins', () => {
+    // Policy only upstream: ours (r=4) is the only remaining count, so it stands in RateLimit too.
+    assert.deepEqual(mergeRateLimitFields(ours, { policy: '"api";q=1000;w=60', limit: undefined }), ours);
+    // RateLimit only upstream and ours stricter: our RateLimit-Policy member is not dropped.
+    assert.deepEqual(
+      mergeRateLimitFields(ours, { policy: undefined, limit: '"api";r=9;t=1, "api";r=90;t=1' }),
+      ours,
+    );
+    // RateLimit only upstream and the upstream stricter: its view of the name stands alone.
+    assert.deepEqual(mergeRateLimitFields(ours, { policy: undefined, limit: '"api";r=0;t=5' }), {
+      policy: undefined,
+      limit: '"api";r=0;t=5',
+    });
+  });
+
   it('never loosens: each name is sent once, with the lowest r either side sent for it', () => {
     const member = fc.record({
       name: fc.constantFrom('a', 'b', 'c'),

@@ -58,20 +58,27 @@ export function mergeRateLimitFields(
     const theirs = theirLimitByName.get(member.name);
     if (theirs === undefined || stricterLimit(member, theirs)) oursWins.add(member.name);
   }
+  // Each list on its own: the upstream may name a policy in one field only. Where ours wins, our
+  // members stand in both fields, whichever field the upstream named it in; where the upstream's
+  // is stricter, its members stand, and ours for that name are left out (one side's view of a
+  // policy, not a mix of two).
   const mergeLists = (theirs: Member[], mine: Member[]): string | undefined => {
     const out: string[] = [];
-    const replaced = new Set<string>();
+    const mineByName = new Set(mine.map((m) => m.name));
+    const theirNames = new Set<string>();
     for (const member of theirs) {
-      if (!oursWins.has(member.name)) {
+      const first = !theirNames.has(member.name);
+      theirNames.add(member.name);
+      if (!oursWins.has(member.name) || !mineByName.has(member.name)) {
         out.push(member.text);
-      } else if (!replaced.has(member.name)) {
+      } else if (first) {
         // At the place of the name's first upstream member, once, however many the upstream sent.
-        replaced.add(member.name);
         for (const replacement of mine) if (replacement.name === member.name) out.push(replacement.text);
       }
     }
     for (const member of mine) {
-      if (!upstreamNames.has(member.name)) out.push(member.text);
+      if (theirNames.has(member.name)) continue;
+      if (oursWins.has(member.name) || !upstreamNames.has(member.name)) out.push(member.text);
     }
     return out.length > 0 ? out.join(', ') : undefined;
   };
