@@ -31,6 +31,38 @@ describe('upstream request headers: Forwarded (RFC 7239)', () => {
     );
   });
 
+  it('writes an IPv4-mapped peer as IPv4 and an IPv6 peer without its zone id', () => {
+    assert.equal(
+      upstreamRequestHeaders({ forwarded: 'x' }, facts('::ffff:203.0.113.7')).forwarded,
+      'for=203.0.113.7;proto=http',
+    );
+    assert.equal(
+      upstreamRequestHeaders({ forwarded: 'x' }, facts('fe80::fc:ff:fe00:1%eth0')).forwarded,
+      'for="[fe80::fc:ff:fe00:1]";proto=http',
+    );
+  });
+
+  it("drops an untrusted peer's every client-address field, and keeps a trusted one's", () => {
+    const claims = {
+      'x-real-ip': '6.6.6.6',
+      'true-client-ip': '6.6.6.6',
+      'x-client-ip': '6.6.6.6',
+      'client-ip': '6.6.6.6',
+      'cf-connecting-ip': '6.6.6.6',
+      'fastly-client-ip': '6.6.6.6',
+      'x-cluster-client-ip': '6.6.6.6',
+      'x-forwarded': 'for=6.6.6.6',
+      'forwarded-for': '6.6.6.6',
+      'x-original-forwarded-for': '6.6.6.6',
+      'x-forwarded-port': '443',
+    };
+    const untrusted = upstreamRequestHeaders({ ...claims, 'x-other': '1' }, facts('203.0.113.7'));
+    for (const name of Object.keys(claims)) assert.equal(untrusted[name], undefined, name);
+    assert.equal(untrusted['x-other'], '1');
+    const trusted = upstreamRequestHeaders(claims, facts('10.0.0.1', true));
+    for (const [name, value] of Object.entries(claims)) assert.equal(trusted[name], value, name);
+  });
+
   it('treats a Forwarded named in Connection as hop-by-hop: dropped, nothing added', () => {
     const out = upstreamRequestHeaders(
       { connection: 'forwarded', forwarded: 'for=1.2.3.4' },

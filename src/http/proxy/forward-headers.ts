@@ -45,9 +45,13 @@ const CLIENT_ADDRESS_FIELDS = new Set([
   'x-real-ip',
   'true-client-ip',
   'x-client-ip',
+  'client-ip',
   'cf-connecting-ip',
   'fastly-client-ip',
   'x-cluster-client-ip',
+  'x-forwarded',
+  'forwarded-for',
+  'x-original-forwarded-for',
 ]);
 
 function isProxyClaim(name: string): boolean {
@@ -133,11 +137,23 @@ export function clientResponseHeaders(
  * it is not a token (`host="example.com:8080"`).
  */
 function forwardedElement(facts: ForwardingFacts, host: string | undefined): string {
-  const peer = facts.peerAddress;
-  const node = peer === undefined || peer === '' ? 'unknown' : peer.includes(':') ? `"[${peer}]"` : peer;
-  const element = `for=${node};proto=${facts.protocol}`;
+  const element = `for=${forwardedNode(facts.peerAddress)};proto=${facts.protocol}`;
   if (host === undefined || host === '') return element;
   return `${element};host=${TOKEN.test(host) ? host : `"${host.replace(/["\\]/g, '\\$&')}"`}`;
+}
+
+/**
+ * A peer as an RFC 7239 node: an IPv4-mapped IPv6 address (what a dual-stack socket reports for an
+ * IPv4 peer) as the IPv4 address it is, as the client address resolver keys it; other IPv6
+ * bracketed and quoted, without a zone id (`fe80::1%eth0`: the node grammar has no room for one,
+ * and the zone names an interface of this host, meaningless upstream).
+ */
+function forwardedNode(peer: string | undefined): string {
+  if (peer === undefined || peer === '') return 'unknown';
+  if (!peer.includes(':')) return peer;
+  if (peer.startsWith('::ffff:') && peer.includes('.')) return peer.slice(7);
+  const zone = peer.indexOf('%');
+  return `"[${zone === -1 ? peer : peer.slice(0, zone)}]"`;
 }
 
 function joinValues(value: string | string[] | undefined): string | undefined {
