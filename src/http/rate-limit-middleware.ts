@@ -286,11 +286,7 @@ export function createRateLimitMiddleware<Req, Res>(
 
   function reject(decision: Decision, req: Req, res: Res): void {
     if (adapter.ended(res)) return;
-    // A longer Retry-After set before this limiter ran (by the app) stands: the client must wait it out.
-    const retryAfterSec = Math.max(
-      retryAfterSeconds(decision.retryAfterMs),
-      earlierRetryAfterSec(adapter.getHeader(res, 'retry-after'), clock.nowMs()),
-    );
+    const retryAfterSec = retryAfterSeconds(decision.retryAfterMs);
     adapter.setStatus(res, 429);
     if (headers) writeHeaders(res, decision);
     adapter.setHeader(res, 'Retry-After', String(retryAfterSec));
@@ -430,18 +426,6 @@ function appendMembers(existing: string | number | readonly string[], members: s
     text = String(existing);
   }
   return text.trim() === '' ? members : `${text}, ${members}`;
-}
-
-/**
- * The whole seconds a `Retry-After` already on the response asks for: delay-seconds, or an
- * HTTP-date measured against `nowMs`. 0 when there is none or it does not parse.
- */
-function earlierRetryAfterSec(value: string | number | readonly string[] | undefined, nowMs: number): number {
-  if (value === undefined) return 0;
-  const text = (typeof value === 'object' ? (value[0] ?? '') : String(value)).trim();
-  if (/^\d{1,15}$/.test(text)) return Number(text);
-  const dateMs = Date.parse(text);
-  return Number.isFinite(dateMs) ? Math.max(0, Math.ceil((dateMs - nowMs) / 1000)) : 0;
 }
 
 function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
