@@ -133,8 +133,10 @@ export function run(argv: string[]): Promise<number> {
       reloading = (async () => {
         try {
           const text = await readRulesText(configPath);
-          // Editors fire several events per save; an unchanged file is not a reload.
-          if (trigger === 'file' && text === configText) return;
+          // Editors fire several events per save; an unchanged file is not a reload. Unless the
+          // last reload failed: a file put back as it was loads again (an ok reload, as SIGHUP of
+          // an unchanged file is), which clears the error /healthz reports.
+          if (trigger === 'file' && text === configText && lastReloadError === undefined) return;
           const next: ProxyRules = parseProxyRules(text, configPath);
           if (!backend.accepts(next.backend)) {
             logger.warn(

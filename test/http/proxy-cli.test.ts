@@ -82,6 +82,34 @@ describe('spillway proxy (process)', { timeout: 60_000 }, () => {
     assert.match(metricsText, /^spillway_info\{component="proxy",id="[^"]+"\} 1$/m);
   });
 
+  it('a rules file put back as it was after a failed reload clears the reload error', async (t) => {
+    const upstream = await startUpstream();
+    t.after(upstream.close);
+    const file = join(dir, 'revert.yaml');
+    const good = rules(upstream.url, 100);
+    writeFileSync(file, good);
+    const p = await startSpillway('proxy', ['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    started.push(p);
+    const health = async () =>
+      (await (await fetch(`http://${p.ops}/healthz`)).json()) as { lastReloadError: string | null };
+    const reloads = async (result: string) => {
+      const text = await (await fetch(`http://${p.ops}/metrics`)).text();
+      const line = new RegExp(`^spillway_proxy_rules_reloads_total\\{result="${result}"\\} (\\d+)$`, 'm');
+      return Number(line.exec(text)?.[1] ?? 0);
+    };
+
+    writeFileSync(file, `${good}garbage: [\n`);
+    await until('the broken file is reported', async () => (await health()).lastReloadError !== null, 15_000);
+    assert.match((await health()).lastReloadError!, /revert\.yaml:11:1: YAML syntax error/);
+
+    writeFileSync(file, good);
+    await until('the error is cleared', async () => (await health()).lastReloadError === null, 15_000);
+    // The file loaded again: an ok reload, as SIGHUP with the same file would be.
+    assert.equal(await reloads('ok'), 1);
+    assert.equal(await reloads('error'), 1);
+    assert.equal((await send(`http://${proxyAddress(p)}/`)).headers['ratelimit-policy'], '"api";q=100;w=60');
+  });
+
   it('on SIGTERM stops accepting, finishes an in-flight slow request, then exits 0', async (t) => {
     const held: ServerResponse[] = [];
     const upstream = await startUpstream((_req, res) => {
