@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import { type AddressInfo, connect } from 'node:net';
 import { after } from 'node:test';
 import { Registry } from 'prom-client';
 import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
@@ -161,4 +161,21 @@ export async function metricValue(
     Object.entries(labels).every(([k, value]) => v.labels[k] === value),
   );
   return sample?.value ?? 0;
+}
+
+/**
+ * Writes `text` as is on a fresh TCP connection to `port` and resolves with everything read until
+ * the server closes it (for requests a Node client will not send, like CONNECT).
+ */
+export function rawExchange(port: number, text: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(text));
+    let received = '';
+    socket.setEncoding('utf8');
+    socket.on('data', (data: string) => {
+      received += data;
+    });
+    socket.on('error', reject);
+    socket.on('close', () => resolve(received));
+  });
 }

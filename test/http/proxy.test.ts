@@ -8,6 +8,7 @@ import { until } from '../helpers/until.js';
 import {
   metricValue,
   ProxyFixtures,
+  rawExchange,
   send,
   startTestProxy,
   startUpstream,
@@ -487,6 +488,27 @@ describe('spillway proxy: forwarding', () => {
       error: 'upstream_timeout',
       message: 'upstream sent no response headers within 300 ms',
     });
+  });
+
+  it('answers CONNECT with 405 and closes the connection', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets: []\n`);
+    const response = await rawExchange(
+      proxy.proxy.port,
+      'CONNECT example.com:443 HTTP/1.1\r\nHost: example.com:443\r\n\r\n',
+    );
+    const [head, body] = response.split('\r\n\r\n');
+    const lines = head!.split('\r\n');
+    assert.equal(lines[0], 'HTTP/1.1 405 Method Not Allowed');
+    assert.ok(lines.includes('connection: close'), head);
+    assert.deepEqual(JSON.parse(body!), {
+      error: 'bad_request',
+      message: 'CONNECT is not supported by this reverse proxy',
+    });
+    assert.equal(upstream.seen.length, 0);
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'bad_request' }),
+      1,
+    );
   });
 
   it('a client that goes away aborts the upstream request', async () => {

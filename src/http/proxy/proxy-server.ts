@@ -185,6 +185,21 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     'upgrade',
     (req: IncomingMessage, socket: Duplex, head: Buffer) => void serveUpgrade(req, socket, head),
   );
+  // Node hands CONNECT to 'connect', never to 'request' (with no listener it just drops the
+  // connection): a reverse proxy opens no tunnels to arbitrary hosts.
+  server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
+    socket.on('error', () => socket.destroy());
+    metrics.request('bad_request');
+    writeRawResponse(
+      socket,
+      405,
+      {},
+      {
+        error: 'bad_request',
+        message: 'CONNECT is not supported by this reverse proxy',
+      },
+    );
+  });
 
   function track(delta: number): void {
     inFlight += delta;
@@ -199,14 +214,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     try {
       if (draining) res.setHeader('connection', 'close');
       const target = requestTarget(req);
-      if (target === undefined || req.method === 'CONNECT') {
+      if (target === undefined) {
         metrics.request('bad_request');
-        sendJson(res, req.method === 'CONNECT' ? 405 : 400, {
+        sendJson(res, 400, {
           error: 'bad_request',
-          message:
-            req.method === 'CONNECT'
-              ? 'CONNECT is not supported by this reverse proxy'
-              : 'the request target must be an origin-form path',
+          message: 'the request target must be an origin-form path',
         });
         return;
       }
@@ -743,13 +755,24 @@ function sendJson(
 
 const STATUS_TEXT: Record<number, string> = {
   400: 'Bad Request',
+  405: 'Method Not Allowed',
   429: 'Too Many Requests',
   502: 'Bad Gateway',
   503: 'Service Unavailable',
   504: 'Gateway Timeout',
 };
 
-/** A whole HTTP/1.1 response on a socket that was handed over for an upgrade; closes it. */
+/**
+ * How long a socket the proxy has ended (its last bytes queued, then FIN) may stay open waiting for
+ * the peer to close its side, before it is destroyed: ample for a peer to read a response and close;
+ * a peer that keeps a half-closed connection open gets nothing from holding it.
+ */
+const CLOSE_GRACE_MS = 1_000;
+
+/**
+ * A whole HTTP/1.1 response on a socket Node handed over (upgrade, CONNECT); closes it, and
+ * destroys it `CLOSE_GRACE_MS` after if the peer keeps its side open.
+ */
 function writeRawResponse(
   socket: Duplex,
   status: number,
@@ -763,6 +786,7 @@ function writeRawResponse(
   head += 'cache-control: no-store\r\n';
   head += 'connection: close\r\n\r\n';
   socket.end(head + text);
+  setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
 }
 
 interface UpstreamFailure {
