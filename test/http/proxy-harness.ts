@@ -2,7 +2,7 @@ import { createServer, type IncomingMessage, request, type Server, type ServerRe
 import { type AddressInfo, connect } from 'node:net';
 import { after } from 'node:test';
 import { Registry } from 'prom-client';
-import { createProxyBackend } from '../../src/http/proxy/proxy-backend.js';
+import { createProxyBackend, type ProxyBackend } from '../../src/http/proxy/proxy-backend.js';
 import { createProxyMetrics } from '../../src/http/proxy/proxy-metrics.js';
 import { type ProxyServer, startProxyServer } from '../../src/http/proxy/proxy-server.js';
 import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
@@ -49,14 +49,21 @@ export interface TestProxy {
   close(): Promise<void>;
 }
 
-/** A proxy in this process with a local backend, from a rules file body (upstream filled in). */
-export async function startTestProxy(upstreamUrl: string, rulesBody: string): Promise<TestProxy> {
+/**
+ * A proxy in this process from a rules file body (upstream filled in), with the backend the rules
+ * name, or `injectedBackend` instead (a fake whose decisions the test controls).
+ */
+export async function startTestProxy(
+  upstreamUrl: string,
+  rulesBody: string,
+  injectedBackend?: ProxyBackend,
+): Promise<TestProxy> {
   const rules = parseProxyRules(
     `version: 1\nupstream:\n  url: ${upstreamUrl}\n${rulesBody}`,
     'test-rules.yaml',
   );
   const registry = new Registry();
-  const backend = createProxyBackend(rules.backend, { id: 'test-proxy' });
+  const backend = injectedBackend ?? createProxyBackend(rules.backend, { id: 'test-proxy' });
   const proxy = await startProxyServer({ rules, backend, metrics: createProxyMetrics(registry) });
   return {
     proxy,

@@ -3,6 +3,8 @@ import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { createServer as createNetServer } from 'node:net';
 import { describe, it } from 'node:test';
+import type { Decision } from '../../src/core/decision.js';
+import type { ProxyBackend } from '../../src/http/proxy/proxy-backend.js';
 import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import { until } from '../helpers/until.js';
 import {
@@ -530,6 +532,56 @@ describe('spillway proxy: forwarding', () => {
       async () =>
         (await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'client_abort' })) ===
         1,
+    );
+  });
+
+  it('a client that leaves while its decision is pending is never forwarded', async () => {
+    // An async backend (a Redis round trip) whose decisions this test hands out.
+    const pending: ((decision: Decision) => void)[] = [];
+    const backend: ProxyBackend = {
+      kind: 'redis',
+      globalLimiter: undefined,
+      limiterFor: () => ({ kind: 'async', limit: () => new Promise((resolve) => pending.push(resolve)) }),
+      start: () => {},
+      close: async () => {},
+      accepts: () => true,
+      keyTables: () => [],
+    };
+    const allow: Decision = {
+      allowed: true,
+      limit: 10,
+      remaining: 9,
+      resetAtMs: Date.now() + 1_000,
+      retryAfterMs: 0,
+    };
+    const upstream = await startUpstream();
+    // One pooled connection: a request forwarded before `/after` reaches the upstream before it.
+    const proxy = await startTestProxy(
+      `${upstream.url}\n  connections: 1`,
+      `${LOCAL}buckets:\n  - name: api\n    limit: 10\n    windowSec: 1\n`,
+      backend,
+    );
+    fixtures.track(proxy.close, upstream.close);
+    const req = request(`${proxy.base}/gone`, { agent: false });
+    req.on('error', () => {});
+    req.end();
+    await until('the decision is pending', () => pending.length === 1);
+    req.destroy();
+    await until('the proxy saw the client leave', () => proxy.proxy.inFlight === 0);
+    pending[0]!(allow);
+    await until(
+      'counted as client_abort',
+      async () =>
+        (await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'client_abort' })) ===
+        1,
+    );
+    const after = send(`${proxy.base}/after`);
+    await until('the next decision is pending', () => pending.length === 2);
+    pending[1]!(allow);
+    assert.equal((await after).status, 200);
+    assert.deepEqual(
+      upstream.seen.map((r) => r.url),
+      ['/after'],
     );
   });
 

@@ -14,7 +14,7 @@ export type ProxyOutcome =
   | 'upstream_error'
   /** The upstream did not connect or send headers in time: 504. */
   | 'upstream_timeout'
-  /** The client went away before the response was complete; the upstream request was aborted. */
+  /** The client went away before the response was complete; the upstream request was aborted (or never sent). */
   | 'client_abort'
   /** The request could not be forwarded as sent (bad target, CONNECT): 4xx from the proxy. */
   | 'bad_request';

@@ -334,9 +334,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       readonly expectContinue: boolean,
     ) {}
 
-    /** The verdict is in: answer 429, or forward. */
+    /** The verdict is in: answer 429, or forward; nothing when the client left while it was pending. */
     proceed(verdict: Verdict): void {
       const { req, res } = this;
+      if (this.clientGone) {
+        metrics.request('client_abort');
+        return;
+      }
       if (verdict.repeatedHeader !== undefined) {
         metrics.request('bad_request');
         if (hasBody(req) && !this.expectContinue) res.setHeader('connection', 'close');
@@ -402,15 +406,19 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       metrics.request(outcome);
     }
 
-    /** `res` closed: the response is complete, or the client went away (abort upstream). */
+    /**
+     * `res` closed: the response is complete, or the client went away: before its verdict (then
+     * `proceed` forwards nothing) or while forwarded (abort upstream).
+     */
     closed(): void {
       track(-1);
-      if (!this.forwarded || this.outcome !== undefined) return;
+      if (this.outcome !== undefined) return;
       if (this.res.writableFinished) {
-        this.settle('forwarded');
+        if (this.forwarded) this.settle('forwarded');
         return;
       }
       this.clientGone = true;
+      if (!this.forwarded) return;
       // Not yet on a connection (queued in the pool): aborted in onRequestStart when it gets one.
       if (!this.upstreamEnded) this.controller?.abort(new ClientGoneError());
       this.settle('client_abort');
