@@ -1,5 +1,5 @@
 import { createServer, type IncomingMessage, request, type Server, type ServerResponse } from 'node:http';
-import { type AddressInfo, connect } from 'node:net';
+import { type AddressInfo, connect, type Socket } from 'node:net';
 import { after } from 'node:test';
 import { Registry } from 'prom-client';
 import { createProxyBackend, type ProxyBackend } from '../../src/http/proxy/proxy-backend.js';
@@ -184,5 +184,34 @@ export function rawExchange(port: number, text: string): Promise<string> {
     });
     socket.on('error', reject);
     socket.on('close', () => resolve(received));
+  });
+}
+
+export interface UpgradeResult {
+  status: number;
+  headers: Record<string, string | string[] | undefined>;
+  /** The upgraded connection (status 101 only). */
+  socket?: Socket;
+  /** The refusal's body (any status but 101). */
+  body?: string;
+}
+
+/** A WebSocket-style upgrade request on a fresh connection; resolves with the 101 or the refusal. */
+export function openUpgrade(url: string): Promise<UpgradeResult> {
+  return new Promise((resolve, reject) => {
+    const req = request(url, { agent: false, headers: { Connection: 'Upgrade', Upgrade: 'websocket' } });
+    req.on('upgrade', (res, socket) =>
+      resolve({ status: res.statusCode ?? 0, headers: res.headers, socket }),
+    );
+    req.on('response', (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (chunk: string) => {
+        body += chunk;
+      });
+      res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
+    });
+    req.on('error', reject);
+    req.end();
   });
 }

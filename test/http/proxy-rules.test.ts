@@ -216,6 +216,7 @@ describe('rules file', () => {
   it('fills defaults', () => {
     const rules = parseProxyRules(`${head}buckets:\n  - name: a\n    limit: 5\n    windowSec: 1\n`);
     assert.equal(rules.upstream.headersTimeoutMs, 30_000);
+    assert.equal(rules.server.upgradeIdleTimeoutMs, 60_000);
     assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');
     assert.equal(rules.buckets[0]!.key.source, 'a');

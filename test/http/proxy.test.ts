@@ -9,6 +9,7 @@ import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import { until } from '../helpers/until.js';
 import {
   metricValue,
+  openUpgrade,
   ProxyFixtures,
   rawExchange,
   send,
@@ -597,32 +598,7 @@ describe('spillway proxy: forwarding', () => {
       `${LOCAL}buckets:\n  - name: ws\n    limit: 1\n    windowSec: 60\n`,
       upstream,
     );
-    const open = () =>
-      new Promise<{
-        status: number;
-        socket?: import('node:net').Socket;
-        headers: Record<string, unknown>;
-        body?: string;
-      }>((resolve, reject) => {
-        const req = request(`${proxy.base}/socket`, {
-          agent: false,
-          headers: { Connection: 'Upgrade', Upgrade: 'websocket' },
-        });
-        req.on('upgrade', (res, socket) =>
-          resolve({ status: res.statusCode ?? 0, socket, headers: res.headers }),
-        );
-        req.on('response', (res) => {
-          let body = '';
-          res.setEncoding('utf8');
-          res.on('data', (chunk: string) => {
-            body += chunk;
-          });
-          res.on('end', () => resolve({ status: res.statusCode ?? 0, headers: res.headers, body }));
-        });
-        req.on('error', reject);
-        req.end();
-      });
-    const first = await open();
+    const first = await openUpgrade(`${proxy.base}/socket`);
     assert.equal(first.status, 101);
     assert.equal(first.headers['x-echo'], 'on');
     assert.equal(first.headers.ratelimit, '"ws";r=0;t=60');
@@ -632,7 +608,7 @@ describe('spillway proxy: forwarding', () => {
     first.socket!.write('ping');
     assert.equal(await echoed, 'ping');
     first.socket!.destroy();
-    const second = await open();
+    const second = await openUpgrade(`${proxy.base}/socket`);
     assert.equal(second.status, 429);
     assert.equal(second.headers['retry-after'], '60');
     assert.equal(second.headers['cache-control'], 'no-store');

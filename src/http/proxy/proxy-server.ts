@@ -63,8 +63,9 @@ export interface ProxyServer {
   setRules(rules: ProxyRules): void;
   /**
    * Graceful stop: refuse new connections, let in-flight requests finish, close idle keep-alive
-   * connections as they go idle. After `drainTimeoutMs`, remaining connections (and upgraded
-   * sockets) are cut. Resolves with how many connections had to be cut.
+   * connections as they go idle, leave tunnels (upgraded connections) open until either side
+   * closes them. After `drainTimeoutMs`, remaining connections and tunnels are cut. Resolves with
+   * how many client connections had to be cut (a tunnel is one).
    */
   close(options?: { drainTimeoutMs?: number }): Promise<{ forcedConnections: number }>;
 }
@@ -173,7 +174,14 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   });
   let inFlight = 0;
   let draining = false;
-  const upgraded = new Set<Duplex>();
+  const tunnels = new Set<Tunnel>();
+  /**
+   * Client connections Node handed over for an upgrade, until they close: being decided, waiting
+   * for the upstream's 101, or tunnels. `closeAllConnections` no longer reaches them.
+   */
+  const upgradeSockets = new Set<Duplex>();
+  /** Set while a graceful stop waits for the last tunnel to close. */
+  let lastTunnelClosed: (() => void) | undefined;
   let lastLimiterErrorLogMs = 0;
 
   const server: Server = createServer({ keepAlive: true });
@@ -515,8 +523,10 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     const release = () => {
       if (released) return;
       released = true;
+      upgradeSockets.delete(socket);
       track(-1);
     };
+    upgradeSockets.add(socket);
     socket.once('close', release);
     socket.on('error', () => socket.destroy());
     const rules = active;
@@ -586,19 +596,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       for (const [name, value] of Object.entries(limitHeaders)) handshake += `${name}: ${value}\r\n`;
       socket.write(`${handshake}\r\n`);
       if (head.length > 0) upstreamSocket.write(head);
-      upgraded.add(socket);
-      upgraded.add(upstreamSocket);
-      const teardown = () => {
-        upgraded.delete(socket);
-        upgraded.delete(upstreamSocket);
-        socket.destroy();
-        upstreamSocket.destroy();
-      };
-      upstreamSocket.on('error', teardown);
-      upstreamSocket.on('close', teardown);
-      socket.on('close', teardown);
-      upstreamSocket.pipe(socket);
-      socket.pipe(upstreamSocket);
+      const tunnel = joinTunnel(socket, upstreamSocket, rules.rules.server.upgradeIdleTimeoutMs, () => {
+        tunnels.delete(tunnel);
+        if (tunnels.size === 0) lastTunnelClosed?.();
+      });
+      tunnels.add(tunnel);
     } catch (error) {
       logger?.error({ err: error instanceof Error ? error.message : String(error) }, 'proxy: upgrade failed');
       socket.destroy();
@@ -647,26 +649,95 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       const deadline = new Promise<'timeout'>((resolve) => {
         timer = setTimeout(() => resolve('timeout'), drainTimeoutMs);
       });
-      // Upgraded connections never finish on their own: give them the same deadline, then cut.
+      // Tunnels stay open through the drain: the proxy cannot say goodbye inside a protocol it
+      // only relays, the upstream can (a WebSocket close frame; in a sidecar pod it is stopping
+      // too). The drain ends as soon as the last one closes, from either side, or idles out.
+      const tunnelsClosed = new Promise<void>((resolve) => {
+        if (tunnels.size === 0) resolve();
+        else lastTunnelClosed = resolve;
+      });
       const finished = await Promise.race([
-        closed.then(() => (upgraded.size === 0 ? 'drained' : deadline)),
+        Promise.all([closed, tunnelsClosed]).then(() => 'drained' as const),
         deadline,
       ]);
       clearInterval(idleSweep);
       clearTimeout(timer);
       let forcedConnections = 0;
       if (finished === 'timeout') {
-        forcedConnections = countConnections(server) + upgraded.size / 2;
+        // Client connections the server still holds, a tunnel's client side among them: each
+        // tunnel counts once (its upstream side is not a client connection).
+        forcedConnections = countConnections(server);
         server.closeAllConnections();
-        for (const socket of upgraded) socket.destroy();
+        for (const socket of upgradeSockets) socket.destroy();
+        for (const tunnel of tunnels) tunnel.destroy();
         await closed;
         await pool.destroy();
       } else {
         await pool.close();
       }
-      return { forcedConnections: Math.ceil(forcedConnections) };
+      return { forcedConnections };
     },
   };
+}
+
+/** An upgraded client connection piped both ways to its upstream connection. */
+interface Tunnel {
+  /** Cut both sides now. */
+  destroy(): void;
+}
+
+/**
+ * Pipes an upgraded client connection and its upstream connection both ways, as one tunnel that is
+ * never half-open: when either side ends or closes, both are ended (what is queued is flushed,
+ * then FIN) and destroyed once closed, or `CLOSE_GRACE_MS` later if a peer keeps its side open.
+ * An error on either side destroys both at once. No bytes either way for `idleTimeoutMs` (0:
+ * never) ends both. `onClosed` runs once, when both sides are closed.
+ */
+function joinTunnel(client: Duplex, upstream: Duplex, idleTimeoutMs: number, onClosed: () => void): Tunnel {
+  let closing = false;
+  let open = 2;
+  let grace: NodeJS.Timeout | undefined;
+  const destroy = () => {
+    client.destroy();
+    upstream.destroy();
+  };
+  const idle = idleTimeoutMs > 0 ? setTimeout(() => end(), idleTimeoutMs) : undefined;
+  const end = () => {
+    if (closing) return;
+    closing = true;
+    clearTimeout(idle);
+    // Bytes arriving from now on are read and dropped rather than written to a side being ended,
+    // so each side still reads to its peer's FIN and closes without waiting out the grace.
+    upstream.unpipe(client);
+    client.unpipe(upstream);
+    client.resume();
+    upstream.resume();
+    client.end();
+    upstream.end();
+    grace = setTimeout(destroy, CLOSE_GRACE_MS);
+  };
+  const closed = () => {
+    end();
+    if (--open > 0) return;
+    clearTimeout(grace);
+    onClosed();
+  };
+  if (idle !== undefined) {
+    const active = () => {
+      if (!closing) idle.refresh();
+    };
+    client.on('data', active);
+    upstream.on('data', active);
+  }
+  client.on('end', end);
+  upstream.on('end', end);
+  client.on('error', destroy);
+  upstream.on('error', destroy);
+  client.once('close', closed);
+  upstream.once('close', closed);
+  upstream.pipe(client);
+  client.pipe(upstream);
+  return { destroy };
 }
 
 function activate(rules: ProxyRules, backend: ProxyBackend): ActiveRules {

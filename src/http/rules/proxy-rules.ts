@@ -43,6 +43,13 @@ const serverSchema = z.strictObject({
   requestTimeoutMs: timeoutMs.default(0),
   /** Bound on receiving request headers (slow-loris guard). */
   headersTimeoutMs: timeoutMs.default(60_000),
+  /**
+   * An upgraded connection (WebSocket) with no bytes either way for this long is closed, both
+   * sides: peers that vanished without a FIN would otherwise hold it for good. 60 s, as nginx's
+   * proxy_read_timeout and a cloud load balancer's idle timeout, which WebSocket applications
+   * already ping within. 0 disables.
+   */
+  upgradeIdleTimeoutMs: timeoutMs.default(60_000),
 });
 
 const clientAddressSchema = z.strictObject({
@@ -160,7 +167,8 @@ const bucketSchema = z.strictObject({
 const rulesSchema = z.strictObject({
   version: z.literal(1),
   upstream: upstreamSchema,
-  server: serverSchema.default({ keepAliveTimeoutMs: 5_000, requestTimeoutMs: 0, headersTimeoutMs: 60_000 }),
+  // `prefault`: an absent `server` is parsed as `{}`, so its defaults are written once, above.
+  server: serverSchema.prefault({}),
   clientAddress: clientAddressSchema.default({
     trustedProxies: [],
     ipv6PrefixLength: 64,

@@ -1,0 +1,143 @@
+import assert from 'node:assert/strict';
+import type { Socket } from 'node:net';
+import { describe, it } from 'node:test';
+import { until } from '../helpers/until.js';
+import { openUpgrade, ProxyFixtures, startTestProxy, startUpstream, type Upstream } from './proxy-harness.js';
+
+// Upgraded connections (WebSocket) as tunnels: one side leaving closes the other, idle tunnels
+// are closed, and a graceful stop waits for tunnels but counts each one once when it cuts them.
+
+const fixtures = new ProxyFixtures();
+
+/**
+ * An upstream whose 'upgrade' handler answers 101 and echoes, and, like a plain Node handler, does
+ * nothing when the proxy half-closes its side: the proxy alone must close the tunnel.
+ */
+async function echoingUpstream(): Promise<{ upstream: Upstream; held: Socket[] }> {
+  const upstream = await startUpstream();
+  const held: Socket[] = [];
+  upstream.server.on('upgrade', (_req, socket: Socket) => {
+    held.push(socket);
+    socket.on('error', () => {});
+    socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    socket.on('data', (data: Buffer) => socket.write(data));
+  });
+  // Its upgraded sockets are not the server's to close: it would wait for them for ever.
+  const closeServer = upstream.close;
+  upstream.close = async () => {
+    for (const socket of held) socket.destroy();
+    await closeServer();
+  };
+  return { upstream, held };
+}
+
+function rules(server = ''): string {
+  return `${server}backend:\n  kind: local\nbuckets: []\n`;
+}
+
+async function openTunnel(base: string): Promise<Socket> {
+  const opened = await openUpgrade(`${base}/socket`);
+  assert.equal(opened.status, 101);
+  const socket = opened.socket!;
+  socket.on('error', () => {});
+  return socket;
+}
+
+function echo(socket: Socket, text: string): Promise<string> {
+  const echoed = new Promise<string>((resolve) =>
+    socket.once('data', (data: Buffer) => resolve(data.toString())),
+  );
+  socket.write(text);
+  return echoed;
+}
+
+function ended(socket: Socket): Promise<void> {
+  return new Promise((resolve) => {
+    if (socket.readableEnded) resolve();
+    socket.once('end', () => resolve());
+  });
+}
+
+describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
+  it('a client that leaves closes the tunnel: the upstream gets its FIN and the tunnel stops counting', async () => {
+    const { upstream, held } = await echoingUpstream();
+    const { proxy } = await fixtures.start(rules(), upstream);
+    const client = await openTunnel(proxy.base);
+    assert.equal(await echo(client, 'ping'), 'ping');
+    assert.equal(proxy.proxy.inFlight, 1);
+    const upstreamEnded = ended(held[0]!);
+    client.destroy();
+    await upstreamEnded;
+    await until('the tunnel is closed', () => proxy.proxy.inFlight === 0);
+  });
+
+  it('an upstream that leaves closes the tunnel: the client gets its FIN', async () => {
+    const { upstream, held } = await echoingUpstream();
+    const { proxy } = await fixtures.start(rules(), upstream);
+    const client = await openTunnel(proxy.base);
+    assert.equal(await echo(client, 'ping'), 'ping');
+    const clientEnded = ended(client);
+    held[0]!.end();
+    await clientEnded;
+    await until('the tunnel is closed', () => proxy.proxy.inFlight === 0);
+  });
+
+  it('closes a tunnel with no bytes either way for server.upgradeIdleTimeoutMs; traffic keeps it open', async () => {
+    const { upstream, held } = await echoingUpstream();
+    const { proxy } = await fixtures.start(rules('server:\n  upgradeIdleTimeoutMs: 1000\n'), upstream);
+    const client = await openTunnel(proxy.base);
+    const openedMs = performance.now();
+    // Traffic every 100 ms for well past the idle timeout: the tunnel stays.
+    while (performance.now() - openedMs < 2_000) {
+      assert.equal(await echo(client, 'ping'), 'ping');
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    const clientEnded = ended(client);
+    const upstreamEnded = ended(held[0]!);
+    await Promise.all([clientEnded, upstreamEnded]);
+    await until('the tunnel is closed', () => proxy.proxy.inFlight === 0);
+  });
+
+  it('a graceful stop ends when the last tunnel closes, without waiting out the drain timeout', async () => {
+    const { upstream } = await echoingUpstream();
+    const proxy = await startTestProxy(upstream.url, rules('server:\n  upgradeIdleTimeoutMs: 0\n'));
+    fixtures.track(upstream.close);
+    const client = await openTunnel(proxy.base);
+    const stopped = proxy.proxy.close({ drainTimeoutMs: 20_000 });
+    await until('draining', () => proxy.proxy.draining);
+    assert.equal(await echo(client, 'still open'), 'still open', 'tunnels are not cut when the drain starts');
+    client.destroy();
+    assert.deepEqual(await stopped, { forcedConnections: 0 });
+  });
+
+  it('a tunnel still open at the drain deadline is cut and counted once', async () => {
+    const { upstream } = await echoingUpstream();
+    const proxy = await startTestProxy(upstream.url, rules('server:\n  upgradeIdleTimeoutMs: 0\n'));
+    fixtures.track(upstream.close);
+    const client = await openTunnel(proxy.base);
+    const clientEnded = ended(client);
+    assert.deepEqual(await proxy.proxy.close({ drainTimeoutMs: 200 }), { forcedConnections: 1 });
+    await clientEnded;
+    await until('the tunnel is released', () => proxy.proxy.inFlight === 0);
+  });
+
+  it('an upgrade still waiting for the upstream at the drain deadline is cut, not left to its headers timeout', async () => {
+    const upstream = await startUpstream();
+    const waiting: Socket[] = [];
+    upstream.server.on('upgrade', (_req, socket: Socket) => {
+      waiting.push(socket);
+    });
+    const proxy = await startTestProxy(upstream.url, rules());
+    // Closed newest first: the sockets before the server that would wait for them.
+    fixtures.track(upstream.close, async () => {
+      for (const socket of waiting) socket.destroy();
+    });
+    const refused = assert.rejects(openUpgrade(`${proxy.base}/socket`), /socket hang up|ECONNRESET/);
+    await until('the upstream has the upgrade request', () => waiting.length === 1);
+    const startedMs = performance.now();
+    assert.deepEqual(await proxy.proxy.close({ drainTimeoutMs: 200 }), { forcedConnections: 1 });
+    // Without the cut, close() waits for upstream.headersTimeoutMs (30 s).
+    assert.ok(performance.now() - startedMs < 10_000);
+    await refused;
+  });
+});
