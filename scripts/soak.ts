@@ -83,9 +83,19 @@ const ERROR_SERIES: { name: string; from: 'proxies' | 'load'; metric: RegExp }[]
     metric: /^spillway_proxy_requests_total\{outcome="upstream_timeout"\}$/,
   },
   {
+    name: 'proxy upstream_queue_timeout (504)',
+    from: 'proxies',
+    metric: /^spillway_proxy_requests_total\{outcome="upstream_queue_timeout"\}$/,
+  },
+  {
     name: 'proxy client_abort',
     from: 'proxies',
     metric: /^spillway_proxy_requests_total\{outcome="client_abort"\}$/,
+  },
+  {
+    name: 'proxy client_timeout (408)',
+    from: 'proxies',
+    metric: /^spillway_proxy_requests_total\{outcome="client_timeout"\}$/,
   },
   {
     name: 'proxy bad_request',

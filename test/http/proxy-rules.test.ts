@@ -128,6 +128,14 @@ describe('rules file', () => {
       'r.yaml:8:10: buckets[0].key: "x={param:id}": {param:id} is not a parameter of the bucket\'s path pattern',
     ],
     [
+      'server:\n  bodyTimeoutMs: -1\nbuckets: []\n',
+      'r.yaml:7:18: server.bodyTimeoutMs: must be >= 0, got -1',
+    ],
+    [
+      'server:\n  upgradeIdleTimeoutMs: 1.5\nbuckets: []\n',
+      'r.yaml:7:25: server.upgradeIdleTimeoutMs: expected int, got 1.5',
+    ],
+    [
       'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { methods: [get] }\n',
       'r.yaml:10:24: buckets[0].match.methods[0]: must be an upper-case method name, got "get"',
     ],
@@ -217,6 +225,7 @@ describe('rules file', () => {
     const rules = parseProxyRules(`${head}buckets:\n  - name: a\n    limit: 5\n    windowSec: 1\n`);
     assert.equal(rules.upstream.headersTimeoutMs, 30_000);
     assert.equal(rules.server.upgradeIdleTimeoutMs, 60_000);
+    assert.equal(rules.server.bodyTimeoutMs, 60_000);
     assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');
     assert.equal(rules.buckets[0]!.key.source, 'a');

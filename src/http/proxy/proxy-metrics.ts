@@ -14,8 +14,12 @@ export type ProxyOutcome =
   | 'upstream_error'
   /** The upstream did not connect or send headers in time: 504. */
   | 'upstream_timeout'
+  /** No pooled upstream connection became free within `upstream.headersTimeoutMs`: 504, never sent. */
+  | 'upstream_queue_timeout'
   /** The client went away before the response was complete; the upstream request was aborted (or never sent). */
   | 'client_abort'
+  /** The request body paused longer than `server.bodyTimeoutMs`: 408 (or a cut response); upstream request aborted. */
+  | 'client_timeout'
   /** The request could not be forwarded as sent (bad target, CONNECT): 4xx from the proxy. */
   | 'bad_request';
 
@@ -37,7 +41,9 @@ const OUTCOMES: readonly ProxyOutcome[] = [
   'limited',
   'upstream_error',
   'upstream_timeout',
+  'upstream_queue_timeout',
   'client_abort',
+  'client_timeout',
   'bad_request',
 ];
 const RESULTS: readonly DecisionResult[] = [
@@ -64,7 +70,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);
   new Counter({
     name: 'spillway_proxy_requests_total',
-    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, client_abort, bad_request).',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, client_abort, client_timeout, bad_request).',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {

@@ -319,8 +319,16 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * body chunk with `res.write` (the upstream socket paused while `res` is over its high-water
    * mark, resumed on `drain`), and the outcome is counted once. No response stream, promise or
    * AbortController per request: the client leaving (`closed`) aborts through the controller.
+   *
+   * Waiting for the upstream is bounded by one deadline, `upstream.headersTimeoutMs`, from the
+   * dispatch: time queued in the pool for a connection counts (undici's own headers timeout starts
+   * only once the request is on a connection, so a saturated pool would hold requests for ever).
+   * It is suspended while the request body is sent, whose pace is the client's (bounded by
+   * `server.bodyTimeoutMs` per pause, see `RequestBody`), and resumes with what is left of it once
+   * the body is sent. One timer per forwarded request, set and cleared: a fraction of a
+   * microsecond against the tens a proxied request costs.
    */
-  class Exchange implements Dispatcher.DispatchHandler {
+  class Exchange implements Dispatcher.DispatchHandler, BodyOwner {
     target = '';
     limitHeaders: Record<string, string> = NO_HEADERS;
     /** Set once forwarded: the outcome counted for it (at most once). */
@@ -329,11 +337,18 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     controller: Dispatcher.DispatchController | undefined = undefined;
     /** The client left before its response was complete. */
     clientGone = false;
-    /** Upstream response headers arrived (upstreamHeadersSeconds recorded). */
-    headersSeen = false;
+    /** Upstream response headers arrived, or the wait for them ended (upstreamHeadersSeconds recorded). */
+    headersTimed = false;
     /** The upstream response ended (`res.end()` called). */
     upstreamEnded = false;
     startedMs = 0;
+    /** When the request got an upstream connection (`onRequestStart`); 0 while queued. */
+    connectedMs = 0;
+    /** `upstream.headersTimeoutMs` when the request was forwarded (0: no deadline). */
+    headersTimeoutMs = 0;
+    /** The headers deadline, while it runs. */
+    deadline: NodeJS.Timeout | undefined = undefined;
+    body: RequestBody | null = null;
 
     constructor(
       readonly req: IncomingMessage,
@@ -377,27 +392,85 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         protocol: 'http',
         preserveHost: upstream.preserveHost,
       });
-      // Through an iterator that does not destroy `req` when undici stops reading, so a failed
-      // upstream still leaves the client connection able to carry the 502. undici reads it
-      // chunk by chunk as the upstream socket drains, and stops (return()) when the request fails.
-      const body = hasBody(req)
-        ? (req.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>)
-        : null;
+      this.body = hasBody(req) ? new RequestBody(req, this, rules.rules.server.bodyTimeoutMs) : null;
       this.limitHeaders = limitHeaders;
       this.forwarded = true;
       this.startedMs = performance.now();
+      this.headersTimeoutMs = upstream.headersTimeoutMs;
+      if (this.headersTimeoutMs > 0) this.deadline = setTimeout(headersDeadline, this.headersTimeoutMs, this);
       pool.dispatch(
         {
           path: this.target,
           method: req.method as Dispatcher.HttpMethod,
           headers,
           // Dispatcher.md lists async iterables among request bodies; the type declarations do not.
-          body: body as unknown as Dispatcher.DispatchOptions['body'],
+          body: this.body as unknown as Dispatcher.DispatchOptions['body'],
           headersTimeout: upstream.headersTimeoutMs,
           bodyTimeout: upstream.bodyTimeoutMs,
         },
         this,
       );
+    }
+
+    /** The headers deadline passed: 504, whether the request is still queued or on a connection. */
+    headersTimedOut(): void {
+      this.deadline = undefined;
+      if (this.outcome !== undefined || this.headersTimed) return;
+      this.recordHeadersWait();
+      const queued = this.controller === undefined;
+      const failure: UpstreamFailure = queued
+        ? {
+            status: 504,
+            outcome: 'upstream_queue_timeout',
+            message: `the request waited ${this.headersTimeoutMs} ms for one of the ${upstream.connections} upstream connections`,
+          }
+        : {
+            status: 504,
+            outcome: 'upstream_timeout',
+            message: `upstream sent no response headers within ${this.headersTimeoutMs} ms`,
+          };
+      this.settle(failure.outcome);
+      // Still queued: undici has no way to take it out of the queue; it is dropped in
+      // onRequestStart, before anything is written, once a connection takes it.
+      this.controller?.abort(new ExchangeAbortError(failure.message));
+      this.res.setHeader('connection', 'close');
+      sendJson(
+        this.res,
+        failure.status,
+        { error: failure.outcome, message: failure.message },
+        this.limitHeaders,
+      );
+    }
+
+    /** The request body was sent whole: the wait for headers resumes with what is left of the deadline. */
+    bodySent(): void {
+      if (this.outcome !== undefined || this.headersTimed || this.headersTimeoutMs === 0) return;
+      const leftMs = this.headersTimeoutMs - (this.connectedMs - this.startedMs);
+      this.deadline = setTimeout(headersDeadline, Math.max(1, leftMs), this);
+    }
+
+    /** No request body bytes for `timeoutMs` while undici waited for them: 408, or a cut response. */
+    bodyIdle(timeoutMs: number): void {
+      if (this.outcome !== undefined) return;
+      this.settle('client_timeout');
+      const res = this.res;
+      if (res.headersSent) {
+        res.destroy();
+      } else {
+        res.setHeader('connection', 'close');
+        sendJson(
+          res,
+          408,
+          { error: 'client_timeout', message: `no request body bytes for ${timeoutMs} ms` },
+          this.limitHeaders,
+        );
+      }
+      this.controller?.abort(new ExchangeAbortError('the client stopped sending the request body'));
+    }
+
+    recordHeadersWait(): void {
+      this.headersTimed = true;
+      metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
     }
 
     /** Deciding or forwarding threw: a 500, or a cut response once headers are out. */
@@ -412,6 +485,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (this.outcome !== undefined) return;
       this.outcome = outcome;
       metrics.request(outcome);
+      clearTimeout(this.deadline);
+      this.body?.stop();
     }
 
     /**
@@ -428,13 +503,19 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.clientGone = true;
       if (!this.forwarded) return;
       // Not yet on a connection (queued in the pool): aborted in onRequestStart when it gets one.
-      if (!this.upstreamEnded) this.controller?.abort(new ClientGoneError());
+      if (!this.upstreamEnded) this.controller?.abort(new ExchangeAbortError(CLIENT_GONE));
       this.settle('client_abort');
     }
 
     onRequestStart(controller: Dispatcher.DispatchController): void {
       this.controller = controller;
-      if (this.clientGone) controller.abort(new ClientGoneError());
+      // Answered while it was queued (the client left, or the deadline passed): never sent.
+      if (this.outcome !== undefined) {
+        controller.abort(new ExchangeAbortError(`answered while queued (${this.outcome})`));
+        return;
+      }
+      this.connectedMs = performance.now();
+      if (this.body !== null) clearTimeout(this.deadline);
     }
 
     onResponseStart(
@@ -444,8 +525,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     ): void {
       // 1xx informational responses are not relayed (Node answers the client's 100-continue itself).
       if (statusCode < 200) return;
-      this.headersSeen = true;
-      metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
+      clearTimeout(this.deadline);
+      this.recordHeadersWait();
       const res = this.res;
       const responseHeaders = clientResponseHeaders(headers);
       const limitHeaders = this.limitHeaders;
@@ -497,7 +578,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     onResponseError(_controller: Dispatcher.DispatchController | undefined, error: Error): void {
-      if (!this.headersSeen) metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
+      if (!this.headersTimed) this.recordHeadersWait();
       if (this.outcome !== undefined) return;
       const res = this.res;
       if (this.clientGone || res.destroyed || this.req.destroyed) {
@@ -808,12 +889,88 @@ function headerValue(req: IncomingMessage, name: string): string | undefined {
   return Array.isArray(value) ? value.join(', ') : value;
 }
 
-/** The reason an upstream request is aborted with when its client went away. */
-class ClientGoneError extends Error {
-  readonly code = 'SPILLWAY_CLIENT_GONE';
-  constructor() {
-    super('the client closed the connection before its response was complete');
+const CLIENT_GONE = 'the client closed the connection before its response was complete';
+
+/** The reason the proxy aborts an upstream request with (the client left, a deadline passed). */
+class ExchangeAbortError extends Error {
+  readonly code = 'SPILLWAY_PROXY_ABORTED';
+}
+
+function headersDeadline(exchange: { headersTimedOut(): void }): void {
+  exchange.headersTimedOut();
+}
+
+/** What a `RequestBody` reports to. */
+interface BodyOwner {
+  bodySent(): void;
+  bodyIdle(timeoutMs: number): void;
+}
+
+/**
+ * A request body as undici reads it: chunk by chunk, each when the upstream socket has room.
+ * Through an iterator that does not destroy `req` when undici stops reading (`return()`), so a
+ * failed upstream still leaves the client connection able to carry the 502.
+ *
+ * The idle timer runs only while undici waits for the client's next chunk, not while the upstream
+ * is slow to take the last one (then the proxy is not reading, and the client is not idle by
+ * choice): a pause longer than `idleTimeoutMs` (0: none) is reported once. One timer per body,
+ * refreshed per chunk.
+ */
+class RequestBody implements AsyncIterableIterator<Buffer> {
+  private readonly chunks: AsyncIterableIterator<Buffer>;
+  private timer: NodeJS.Timeout | undefined = undefined;
+  private waiting = false;
+  private stopped = false;
+
+  constructor(
+    req: IncomingMessage,
+    private readonly owner: BodyOwner,
+    private readonly idleTimeoutMs: number,
+  ) {
+    this.chunks = req.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>;
   }
+
+  [Symbol.asyncIterator](): this {
+    return this;
+  }
+
+  async next(): Promise<IteratorResult<Buffer>> {
+    if (this.idleTimeoutMs > 0 && !this.stopped) {
+      this.waiting = true;
+      if (this.timer === undefined) this.timer = setTimeout(bodyIdleFired, this.idleTimeoutMs, this);
+      else this.timer.refresh();
+    }
+    let result: IteratorResult<Buffer>;
+    try {
+      result = await this.chunks.next();
+    } finally {
+      this.waiting = false;
+    }
+    if (result.done) {
+      this.stop();
+      this.owner.bodySent();
+    }
+    return result;
+  }
+
+  return(): Promise<IteratorResult<Buffer>> {
+    this.stop();
+    return this.chunks.return?.() ?? Promise.resolve({ done: true, value: undefined });
+  }
+
+  /** The timer fired: idle only if undici has been waiting for the client all along. */
+  fired(): void {
+    if (this.waiting && !this.stopped) this.owner.bodyIdle(this.idleTimeoutMs);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    clearTimeout(this.timer);
+  }
+}
+
+function bodyIdleFired(body: RequestBody): void {
+  body.fired();
 }
 
 function sendJson(
@@ -870,7 +1027,7 @@ function writeRawResponse(
 
 interface UpstreamFailure {
   status: 502 | 504;
-  outcome: Extract<ProxyOutcome, 'upstream_error' | 'upstream_timeout'>;
+  outcome: Extract<ProxyOutcome, 'upstream_error' | 'upstream_timeout' | 'upstream_queue_timeout'>;
   message: string;
 }
 

@@ -44,6 +44,15 @@ const serverSchema = z.strictObject({
   /** Bound on receiving request headers (slow-loris guard). */
   headersTimeoutMs: timeoutMs.default(60_000),
   /**
+   * A request body that sends no bytes for this long while the proxy waits for them: the upstream
+   * request is aborted, the client gets a 408 (or a cut response once one started). Pauses only
+   * count while the proxy is ready to read, never while the upstream is slow to take the body.
+   * 60 s, as nginx's client_body_timeout and `headersTimeoutMs` here: a live client does not stop
+   * mid-body for a minute, and a stalled one no longer holds a pooled upstream connection for
+   * ever. 0 disables.
+   */
+  bodyTimeoutMs: timeoutMs.default(60_000),
+  /**
    * An upgraded connection (WebSocket) with no bytes either way for this long is closed, both
    * sides: peers that vanished without a FIN would otherwise hold it for good. 60 s, as nginx's
    * proxy_read_timeout and a cloud load balancer's idle timeout, which WebSocket applications

@@ -1,0 +1,178 @@
+import assert from 'node:assert/strict';
+import { type ClientRequest, type IncomingMessage, request } from 'node:http';
+import { describe, it } from 'node:test';
+import { until } from '../helpers/until.js';
+import { metricValue, ProxyFixtures, type SimpleResponse, send, type TestProxy } from './proxy-harness.js';
+
+// How long the proxy waits, and for whom: for a pooled upstream connection and the response
+// headers (upstream.headersTimeoutMs, time queued included), and for the client's request body
+// (server.bodyTimeoutMs, only while the proxy is ready for more of it).
+
+const fixtures = new ProxyFixtures();
+
+function outcome(proxy: TestProxy, name: string): Promise<number> {
+  return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
+}
+
+function rules(server = ''): string {
+  return `${server}backend:\n  kind: local\nbuckets: []\n`;
+}
+
+/** Reads a whole request body; resolves with its length, or -1 when the request is cut. */
+function bodyLength(req: IncomingMessage): Promise<number> {
+  return new Promise((resolve) => {
+    let length = 0;
+    req.on('data', (chunk: Buffer) => {
+      length += chunk.length;
+    });
+    req.on('end', () => resolve(length));
+    req.on('error', () => resolve(-1));
+    req.on('close', () => {
+      if (!req.complete) resolve(-1);
+    });
+  });
+}
+
+/** A POST declaring `contentLength` bytes; the test writes them. Resolves with the response. */
+function upload(
+  url: string,
+  contentLength: number,
+): { req: ClientRequest; response: Promise<SimpleResponse & { cut: boolean }> } {
+  const req = request(url, {
+    method: 'POST',
+    agent: false,
+    headers: { 'content-length': String(contentLength) },
+  });
+  const response = new Promise<SimpleResponse & { cut: boolean }>((resolve, reject) => {
+    req.on('response', (res) => {
+      const chunks: Buffer[] = [];
+      res.on('data', (chunk: Buffer) => chunks.push(chunk));
+      const done = (cut: boolean) =>
+        resolve({
+          status: res.statusCode ?? 0,
+          headers: res.headers,
+          body: Buffer.concat(chunks).toString(),
+          cut,
+        });
+      res.on('end', () => done(false));
+      res.on('aborted', () => done(true));
+      res.on('error', () => done(true));
+    });
+    req.on('error', reject);
+  });
+  return { req, response };
+}
+
+/** A client trickling one byte every 100 ms of a 1 MB body: it never pauses long, it never ends. */
+function trickle(url: string): { req: ClientRequest; stop(): void } {
+  const { req, response } = upload(url, 1024 * 1024);
+  response.catch(() => {});
+  req.on('error', () => {});
+  req.flushHeaders();
+  const timer = setInterval(() => req.write('x'), 100);
+  return {
+    req,
+    stop: () => {
+      clearInterval(timer);
+      req.destroy();
+    },
+  };
+}
+
+describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
+  it('a request queued behind slow uploads that hold every connection gets a 504 within headersTimeoutMs, and is never sent', async () => {
+    const { upstream, proxy } = await fixtures.start(
+      rules(),
+      (req, res) => {
+        if (req.url === '/upload') void bodyLength(req).then((length) => res.end(`got ${length}`));
+        else res.end('ok');
+      },
+      '\n  connections: 2\n  headersTimeoutMs: 500',
+    );
+    const uploads = [trickle(`${proxy.base}/upload`), trickle(`${proxy.base}/upload`)];
+    await until('both uploads hold a connection', () => upstream.seen.length === 2);
+    const startedMs = performance.now();
+    const queued = await send(`${proxy.base}/queued`);
+    const waitedMs = performance.now() - startedMs;
+    assert.equal(queued.status, 504);
+    assert.deepEqual(JSON.parse(queued.body), {
+      error: 'upstream_queue_timeout',
+      message: 'the request waited 500 ms for one of the 2 upstream connections',
+    });
+    assert.ok(waitedMs >= 450 && waitedMs < 5_000, `answered after ${waitedMs} ms`);
+    assert.equal(await outcome(proxy, 'upstream_queue_timeout'), 1);
+    // The uploads leave, their connections free up: the queued request, already answered, is
+    // dropped when it reaches one instead of being sent.
+    for (const slow of uploads) slow.stop();
+    await until('the uploads are aborted', async () => (await outcome(proxy, 'client_abort')) === 2);
+    assert.equal((await send(`${proxy.base}/after`)).body, 'ok');
+    assert.deepEqual(
+      upstream.seen.map((r) => r.url),
+      ['/upload', '/upload', '/after'],
+    );
+  });
+
+  it('an upload longer than headersTimeoutMs is not cut: only the waits for a connection and for headers count', async () => {
+    const { proxy } = await fixtures.start(
+      rules('server:\n  bodyTimeoutMs: 1000\n'),
+      (req, res) => void bodyLength(req).then((length) => res.end(`got ${length}`)),
+      '\n  headersTimeoutMs: 300',
+    );
+    const { req, response } = upload(`${proxy.base}/upload`, 12 * 1024);
+    for (let i = 0; i < 12; i++) {
+      req.write(Buffer.alloc(1024, 1));
+      await new Promise((resolve) => setTimeout(resolve, 100));
+    }
+    req.end();
+    const result = await response;
+    assert.equal(result.status, 200);
+    assert.equal(result.body, `got ${12 * 1024}`);
+  });
+
+  it('answers 408 when the request body pauses longer than server.bodyTimeoutMs, and aborts the upstream request', async () => {
+    let upstreamLength: Promise<number> | undefined;
+    const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), (req) => {
+      upstreamLength = bodyLength(req);
+    });
+    const { req, response } = upload(`${proxy.base}/upload`, 1000);
+    req.write('0123456789');
+    const result = await response;
+    assert.equal(result.status, 408);
+    assert.equal(result.headers.connection, 'close');
+    assert.deepEqual(JSON.parse(result.body), {
+      error: 'client_timeout',
+      message: 'no request body bytes for 300 ms',
+    });
+    assert.equal(await upstreamLength, -1, 'the upstream sees the upload cut');
+    assert.equal(await outcome(proxy, 'client_timeout'), 1);
+    req.destroy();
+  });
+
+  it('cuts the response when the body pauses too long after the upstream started answering', async () => {
+    const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), (req, res) => {
+      res.writeHead(200, { 'content-type': 'application/octet-stream' });
+      req.pipe(res);
+    });
+    const { req, response } = upload(`${proxy.base}/echo`, 1000);
+    req.on('error', () => {});
+    req.write('0123456789');
+    const result = await response;
+    assert.equal(result.status, 200);
+    assert.equal(result.cut, true);
+    await until('counted as client_timeout', async () => (await outcome(proxy, 'client_timeout')) === 1);
+    req.destroy();
+  });
+
+  it('does not hold an upstream that is slow to read against the client', async () => {
+    const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), (req, res) => {
+      // Reads nothing for a second: the proxy stops reading the client, who is not idle by choice.
+      setTimeout(() => void bodyLength(req).then((length) => res.end(`got ${length}`)), 1_000);
+    });
+    const totalBytes = 32 * 1024 * 1024;
+    const { req, response } = upload(`${proxy.base}/upload`, totalBytes);
+    req.end(Buffer.alloc(totalBytes, 1));
+    const result = await response;
+    assert.equal(result.status, 200);
+    assert.equal(result.body, `got ${totalBytes}`);
+  });
+});
