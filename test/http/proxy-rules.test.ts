@@ -3,11 +3,14 @@ import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
 import { compileKeyTemplate } from '../../src/http/rules/key-template.js';
+import { matchBuckets, type RequestFacts } from '../../src/http/rules/match-buckets.js';
 import { loadProxyRules, parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import {
   compilePathPrefix,
   compileRoutePattern,
+  DEFAULT_PATH_MATCHING,
   normalizeRequestPath,
+  requestPathReadings,
 } from '../../src/http/rules/route-pattern.js';
 
 describe('route patterns and path normalization', () => {
@@ -28,15 +31,15 @@ describe('route patterns and path normalization', () => {
     assert.deepEqual(route.match('/v1/payments/abc'), { id: 'abc' });
     assert.equal(route.match('/v1/paymentz/abc'), undefined);
     const sensitive = compileRoutePattern('/v1/Payments/:id', {
+      ...DEFAULT_PATH_MATCHING,
       caseSensitive: true,
-      stripPathParameters: true,
     });
     assert.deepEqual(sensitive.match('/v1/Payments/1'), { id: '1' });
     assert.equal(sensitive.match('/v1/payments/1'), undefined);
     const prefix = compilePathPrefix('/Admin/');
     assert.ok(prefix.matches('/admin') && prefix.matches('/ADMIN/x') && prefix.matches('/aDmIn/x/y'));
     assert.ok(!prefix.matches('/adminx') && !prefix.matches('/adm') && !prefix.matches('/x/admin'));
-    const sensitivePrefix = compilePathPrefix('/Admin', { caseSensitive: true, stripPathParameters: true });
+    const sensitivePrefix = compilePathPrefix('/Admin', { ...DEFAULT_PATH_MATCHING, caseSensitive: true });
     assert.ok(sensitivePrefix.matches('/Admin/x') && !sensitivePrefix.matches('/admin/x'));
     assert.ok(compilePathPrefix('/').matches('/anything'));
   });
@@ -45,6 +48,12 @@ describe('route patterns and path normalization', () => {
     for (const bad of ['v1', '/a/*/b', '/a/:', '/a/:id/:id', '/a//b', '/a/x*', '/a\\b', '/a;x/b']) {
       assert.throws(() => compileRoutePattern(bad), Error, bad);
     }
+  });
+
+  it('allows "\\" and ";" in patterns when routing reads them as characters', () => {
+    const plain = { caseSensitive: false, backslashAsSlash: false, stripPathParameters: false };
+    assert.deepEqual(compileRoutePattern('/a\\b;v=1/:id', plain).match('/A\\b;v=1/7'), { id: '7' });
+    assert.ok(compilePathPrefix('/a\\b', plain).matches('/a\\b/c'));
   });
 
   it('normalizes the spellings an upstream router would treat as one path', () => {
@@ -66,8 +75,40 @@ describe('route patterns and path normalization', () => {
     assert.equal(normalizeRequestPath('/admin%3Bx/y'), '/admin%3Bx/y', 'an encoded ";" stays a character');
     assert.equal(normalizeRequestPath('/Admin/X'), '/Admin/X', 'case is left to the patterns');
     assert.equal(
-      normalizeRequestPath('/admin;/x/..;/y', { caseSensitive: false, stripPathParameters: false }),
+      normalizeRequestPath('/admin;/x/..;/y', { backslashAsSlash: true, stripPathParameters: false }),
       '/admin;/x/..;/y',
+    );
+    assert.equal(
+      normalizeRequestPath('/admin\\x/..\\y', { backslashAsSlash: false, stripPathParameters: true }),
+      '/admin\\x/..\\y',
+    );
+  });
+
+  it('reads a path with ";" or "\\" both with and without each rewrite, most rewritten first', () => {
+    // The review's spellings: the rewrite makes a ".." or an empty segment that removes "files",
+    // which Express, Fastify, Go and nginx keep (and so route to the files handler).
+    assert.deepEqual(requestPathReadings('/files/..;/x'), ['/x', '/files/..;/x']);
+    assert.deepEqual(requestPathReadings('/Files/..;/x'), ['/x', '/Files/..;/x']);
+    assert.deepEqual(requestPathReadings('/files/\\..\\x'), ['/x', '/files/\\..\\x']);
+    assert.deepEqual(requestPathReadings('/files/;/../x'), ['/x', '/files/x']);
+    assert.deepEqual(requestPathReadings('/v1/payments/;x'), ['/v1/payments', '/v1/payments/;x']);
+    assert.deepEqual(requestPathReadings('/v1/payments/4\\2'), ['/v1/payments/4/2', '/v1/payments/4\\2']);
+    assert.deepEqual(requestPathReadings('/v1/payments/..;'), ['/v1', '/v1/payments/..;']);
+    // Both characters: each rewrite also alone. The WHATWG parser (\ only) routes this to
+    // /files/x, which neither the plain nor the fully rewritten reading is.
+    assert.equal(new URL('http://h/files\\x/..;/..').pathname, '/files/x/');
+    assert.deepEqual(requestPathReadings('/files\\x/..;/..'), ['/', '/files/x', '/files\\x']);
+    assert.deepEqual(requestPathReadings('/a;b\\c/d'), ['/a/c/d', '/a/d', '/a;b/c/d', '/a;b\\c/d']);
+    // One reading without the characters, or with them only in the query, escaped or turned off.
+    assert.deepEqual(requestPathReadings('/v1//payments/./42/?q=;\\'), ['/v1/payments/42']);
+    assert.deepEqual(requestPathReadings('/a%3B/b%5C/..'), ['/a%3B']);
+    assert.deepEqual(
+      requestPathReadings('/files/..;/\\..\\x', { backslashAsSlash: false, stripPathParameters: false }),
+      ['/files/..;/\\..\\x'],
+    );
+    assert.deepEqual(
+      requestPathReadings('/files/..;/x', { backslashAsSlash: true, stripPathParameters: false }),
+      ['/files/..;/x'],
     );
   });
 });
@@ -141,11 +182,11 @@ describe('rules file', () => {
     ],
     [
       'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { path: "/a;v=1/b" }\n',
-      'r.yaml:10:20: buckets[0].match.path: "/a;v=1/b": ";" never matches: path parameters are cut from requests before matching (routing.stripPathParameters)',
+      'r.yaml:10:20: buckets[0].match.path: "/a;v=1/b": ";" starts a path parameter, cut from requests (routing.stripPathParameters): write the path without it',
     ],
     [
       'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { prefix: "/a\\\\b" }\n',
-      'r.yaml:10:22: buckets[0].match.prefix: "/a\\b": "\\" never matches (requests match with "/" for it)',
+      'r.yaml:10:22: buckets[0].match.prefix: "/a\\b": "\\" is read as "/" in requests (routing.backslashAsSlash): write "/"',
     ],
     [
       'routing:\n  caseSensitive: yes\nbuckets: []\n',
@@ -232,8 +273,49 @@ describe('rules file', () => {
     assert.deepEqual(rules.routing, {
       caseSensitive: false,
       headMatchesGet: true,
+      backslashAsSlash: true,
       stripPathParameters: true,
     });
+  });
+
+  it("matches a bucket when any reading of the path does, once, with the first matching reading's parameters", () => {
+    const rules = parseProxyRules(`${head}buckets:
+  - name: files
+    limit: 5
+    windowSec: 1
+    match: { prefix: /files }
+  - name: payments
+    key: "p:{param:id}"
+    limit: 5
+    windowSec: 1
+    match: { path: /v1/payments/:id }
+`);
+    const facts = (target: string): RequestFacts => ({
+      method: 'GET',
+      paths: requestPathReadings(target, rules.routing),
+      client: '203.0.113.7',
+      header: () => undefined,
+      headerRepeated: () => false,
+    });
+    const keys = (target: string) => matchBuckets(rules.buckets, facts(target)).map((m) => m.key);
+    assert.deepEqual(keys('/files/..;/x'), ['files']);
+    assert.deepEqual(keys('/files/;/../files/x'), ['files'], 'two readings match: one bucket, charged once');
+    assert.deepEqual(keys('/x'), []);
+    // The most rewritten reading that matches gives the parameters: one key for 42 and 42;v=2.
+    assert.deepEqual(keys('/v1/payments/42;v=2'), ['p:42']);
+    assert.deepEqual(keys('/V1/Payments/42'), ['p:42']);
+    // Only the plain reading matches these, so they are ids of their own (as Express sees them).
+    const idKey = (id: string) =>
+      rules.buckets[1]!.key.render({
+        client: '',
+        method: 'GET',
+        route: '',
+        params: { id },
+        header: () => undefined,
+      });
+    assert.deepEqual(keys('/v1/payments/;x'), [idKey(';x')]);
+    assert.deepEqual(keys('/v1/payments/4\\2'), [idKey('4\\2')]);
+    assert.deepEqual(keys('/v1/payments/..;'), [idKey('..;')]);
   });
 
   it('lets methods: [GET] match HEAD unless routing.headMatchesGet is off', () => {

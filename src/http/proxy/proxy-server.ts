@@ -20,7 +20,7 @@ import {
   repeatedKeyHeader,
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
-import { normalizeRequestPath, type PathMatching } from '../rules/route-pattern.js';
+import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import type { ProxyBackend } from './proxy-backend.js';
 import {
@@ -99,11 +99,11 @@ const ALLOW_UNLIMITED: Verdict = Object.freeze({ allowed: true, visible: [], rej
 
 /**
  * What bucket matching reads from a request, each computed on first use: a rule set whose keys
- * and matches need neither the normalized path nor the client address never computes them.
+ * and matches need neither the path readings nor the client address never computes them.
  */
 class LazyRequestFacts implements RequestFacts {
   readonly method: string;
-  private normalizedPath: string | undefined = undefined;
+  private pathReadings: readonly string[] | undefined = undefined;
   private clientKey: string | undefined = undefined;
   /** Called detached (`context.header(name)` in key templates), so it does not read `this`. */
   readonly header: (name: string) => string | undefined;
@@ -111,17 +111,15 @@ class LazyRequestFacts implements RequestFacts {
   constructor(
     private readonly req: IncomingMessage,
     private readonly resolveClient: ActiveRules['resolveClient'],
-    private readonly routing: PathMatching,
+    private readonly routing: PathRewrites,
   ) {
     this.method = req.method ?? 'GET';
     this.header = (name) => headerValue(req, name);
   }
 
-  get path(): string {
-    if (this.normalizedPath === undefined) {
-      this.normalizedPath = normalizeRequestPath(this.req.url, this.routing);
-    }
-    return this.normalizedPath;
+  get paths(): readonly string[] {
+    if (this.pathReadings === undefined) this.pathReadings = requestPathReadings(this.req.url, this.routing);
+    return this.pathReadings;
   }
 
   /**

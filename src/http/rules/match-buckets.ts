@@ -1,10 +1,14 @@
 import type { ProxyBucket } from './proxy-rules.js';
+import type { PathPrefix, RoutePattern } from './route-pattern.js';
 
 /** What bucket matching reads from a request. */
 export interface RequestFacts {
   method: string;
-  /** From `normalizeRequestPath`. */
-  path: string;
+  /**
+   * From `requestPathReadings`: every path an upstream may route the request to, most rewritten
+   * first; one for a path without `;` or `\`.
+   */
+  paths: readonly string[];
   /** From the client address resolver. */
   client: string;
   /** A header's value (lower-case name); repeated headers joined with `, `. */
@@ -23,7 +27,9 @@ export interface MatchedBucket {
 
 /**
  * Every bucket whose `match` accepts the request, in rules-file order, each with its rendered key.
- * A bucket with no `match` fields applies to every request.
+ * A bucket with no `match` fields applies to every request. A path or prefix matches when any
+ * reading of the request path does; the bucket is listed (and so charged) once, with the
+ * parameters of the first reading its route matches.
  */
 export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFacts): MatchedBucket[] {
   const matched: MatchedBucket[] = [];
@@ -33,12 +39,12 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
     let params: Record<string, string> = NO_PARAMS;
     let route = '';
     if (bucket.route !== undefined) {
-      const captured = bucket.route.match(request.path);
+      const captured = firstRouteMatch(bucket.route, request.paths);
       if (captured === undefined) continue;
       params = captured;
       route = bucket.route.source;
     } else if (bucket.prefix !== undefined) {
-      if (!bucket.prefix.matches(request.path)) continue;
+      if (!anyPrefixMatch(bucket.prefix, request.paths)) continue;
       route = bucket.prefix.source;
     }
     // A constant key (the default: the bucket name) reads nothing from the request.
@@ -54,6 +60,19 @@ export function matchBuckets(buckets: readonly ProxyBucket[], request: RequestFa
     matched.push({ bucket, key });
   }
   return matched;
+}
+
+function firstRouteMatch(route: RoutePattern, paths: readonly string[]): Record<string, string> | undefined {
+  for (const path of paths) {
+    const captured = route.match(path);
+    if (captured !== undefined) return captured;
+  }
+  return undefined;
+}
+
+function anyPrefixMatch(prefix: PathPrefix, paths: readonly string[]): boolean {
+  for (const path of paths) if (prefix.matches(path)) return true;
+  return false;
 }
 
 /**

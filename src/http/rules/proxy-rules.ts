@@ -138,7 +138,9 @@ const routingSchema = z.strictObject({
   caseSensitive: z.boolean().default(false),
   /** `methods: [GET]` also matches HEAD, and `{method}` renders HEAD as GET: frameworks answer HEAD with the GET handler. */
   headMatchesGet: z.boolean().default(true),
-  /** `;params` are cut from each path segment before matching (`/admin;x/y` is `/admin/y`, as on Tomcat). */
+  /** `\` may be read as `/` (the WHATWG URL parser): `/admin\x` also matches as `/admin/x`. */
+  backslashAsSlash: z.boolean().default(true),
+  /** `;params` may be cut from each path segment (Tomcat): `/admin;x/y` also matches as `/admin/y`. */
   stripPathParameters: z.boolean().default(true),
 });
 
@@ -183,7 +185,12 @@ const rulesSchema = z.strictObject({
     ipv6PrefixLength: 64,
     ipv4PrefixLength: 32,
   }),
-  routing: routingSchema.default({ caseSensitive: false, headMatchesGet: true, stripPathParameters: true }),
+  routing: routingSchema.default({
+    caseSensitive: false,
+    headMatchesGet: true,
+    backslashAsSlash: true,
+    stripPathParameters: true,
+  }),
   backend: backendSchema,
   buckets: z.array(bucketSchema).max(64),
 });

@@ -6,37 +6,48 @@
  *   parameter's case is the upstream's business, like an id's).
  * - A final `*` matches the rest of the path, zero or more segments.
  *
- * Matching runs on `normalizeRequestPath(url)`, never on the raw target: `/v1//payments/1`,
- * `/v1/./payments/1`, `/v1/x/../payments/1`, `/v1\\payments\\1`, `/v1;x=1/payments/1`,
- * `/V1/Payments/1` and `/v1/%70ayments/1` all reach the same handler on common upstreams, so a
- * limiter that matched the raw text could be bypassed by spelling a path differently. For a rate
- * limiter matching too many spellings is the safe failure, too few a bypass. The request is still
- * forwarded with its original target.
+ * Matching runs on the readings of `requestPathReadings(url)`, never on the raw target:
+ * `/v1//payments/1`, `/v1/./payments/1`, `/v1/x/../payments/1`, `/v1\\payments\\1`,
+ * `/v1;x=1/payments/1`, `/V1/Payments/1` and `/v1/%70ayments/1` all reach the same handler on
+ * common upstreams, so a limiter that matched the raw text could be bypassed by spelling a path
+ * differently. For a rate limiter matching too many spellings is the safe failure, too few a
+ * bypass. The request is still forwarded with its original target.
  */
 export interface RoutePattern {
   readonly source: string;
   readonly paramNames: readonly string[];
-  /** The captured parameters when `path` (already normalized) matches, else undefined. */
+  /** The captured parameters when `path` (one normalized reading) matches, else undefined. */
   match(path: string): Record<string, string> | undefined;
 }
 
 /** A `match.prefix`: whole segments, `/v1` matches `/v1` and `/v1/x`, not `/v1x`. */
 export interface PathPrefix {
   readonly source: string;
-  /** Whether `path` (already normalized) starts with the prefix. */
+  /** Whether `path` (one normalized reading) starts with the prefix. */
   matches(path: string): boolean;
 }
 
+/**
+ * Rewrites some upstreams apply to a path before routing it and others do not (the rules file's
+ * `routing`). Each one enabled adds readings of a path that contains its character; it never
+ * removes the reading without it (see `requestPathReadings`).
+ */
+export interface PathRewrites {
+  /** `\` may be read as `/`, as the WHATWG URL parser does. Default true. */
+  readonly backslashAsSlash: boolean;
+  /** `;…` may be cut from each segment, as Tomcat, Spring and Jetty do. Default true. */
+  readonly stripPathParameters: boolean;
+}
+
 /** How the upstream routes, as far as matching needs to know (the rules file's `routing`). */
-export interface PathMatching {
+export interface PathMatching extends PathRewrites {
   /** Literal segments and prefixes compare ASCII letter case. Default false (Express, ASP.NET). */
   readonly caseSensitive: boolean;
-  /** `;…` is cut from each segment before matching (Tomcat, Spring, Jetty). Default true. */
-  readonly stripPathParameters: boolean;
 }
 
 export const DEFAULT_PATH_MATCHING: PathMatching = Object.freeze({
   caseSensitive: false,
+  backslashAsSlash: true,
   stripPathParameters: true,
 });
 
@@ -108,14 +119,19 @@ export function compilePathPrefix(source: string, matching = DEFAULT_PATH_MATCHI
   };
 }
 
-/** What a pattern or prefix could never match once requests are normalized. */
+/**
+ * What a pattern or prefix must not contain. A `\` or `;` in one would match only the plain
+ * reading of a request, while an upstream that applies the rewrite routes the rewritten
+ * spelling (`/a/b` for `/a\b`, `/a/b` for `/a;v=1/b`) to the same handler: a bypass.
+ */
 function checkPathSource(source: string, matching: PathMatching): void {
   if (!source.startsWith('/')) throw new Error(`"${source}" must start with "/"`);
-  if (source.includes('\\'))
-    throw new Error(`"${source}": "\\" never matches (requests match with "/" for it)`);
+  if (matching.backslashAsSlash && source.includes('\\')) {
+    throw new Error(`"${source}": "\\" is read as "/" in requests (routing.backslashAsSlash): write "/"`);
+  }
   if (matching.stripPathParameters && source.includes(';')) {
     throw new Error(
-      `"${source}": ";" never matches: path parameters are cut from requests before matching (routing.stripPathParameters)`,
+      `"${source}": ";" starts a path parameter, cut from requests (routing.stripPathParameters): write the path without it`,
     );
   }
 }
@@ -140,34 +156,79 @@ function startsWithFolded(text: string, folded: string): boolean {
 const UNRESERVED = /%(2[DdEe]|3[0-9]|4[1-9A-Fa-f]|5[0-9Aa]|5[Ff]|6[1-9A-Fa-f]|7[0-9Aa]|7[Ee])/g;
 
 /**
- * The path of a request target as an upstream would route it: query dropped, `\` read as `/`
- * (the WHATWG URL parser's reading), percent-encoded unreserved characters decoded (RFC 3986
- * §6.2.2.2), path parameters (`;jsessionid=1`) cut from each segment unless
- * `stripPathParameters` is off, dot segments removed (after the cut, so `..;` is `..`, as on
- * Tomcat), repeated and trailing slashes dropped (`/v1/payments/` is `/v1/payments`, as most
- * routers treat it). Other percent-escapes (`%2F`, `%25`, `%3B`) are kept as they are,
- * upper-cased. Letter case is kept: patterns compare it (or not) themselves, so parameters
- * keep theirs. An absolute-form target (`http://host/path`) contributes its path. Never throws:
- * an unparsable target gives `/`.
+ * Every path an upstream may route a request target to; a bucket matches when any of them does.
+ *
+ * Upstreams disagree on `\` and `;`: Express, Fastify, Go and nginx keep both as characters, the
+ * WHATWG URL parser (fetch-API servers, `new URL(req.url, base)`) reads `\` as `/`, Tomcat,
+ * Spring and Jetty cut `;params`. A rewrite applied before dot segments are resolved can turn a
+ * segment into `..` or nothing and so remove a real segment that an upstream not applying it
+ * keeps: `/files/..;/x` is `/x` on Tomcat but reaches `/files/*` on Express. No single reading is
+ * safe, so each enabled rewrite whose character the path contains is applied and not applied.
+ *
+ * Readings, duplicates dropped: every rewrite applied (`\` first, then `;` cut), then `;` cut
+ * only, then `\` as `/` only, then the plain reading (neither). With both characters each rewrite
+ * is also taken alone, as an upstream may apply one and not the other: `/files\x/..;/..` is
+ * `/files/x` to the WHATWG parser, while the plain reading is `/files\x` and the fully rewritten
+ * one `/`. Most rewritten first, because a bucket's parameters come from the first reading it
+ * matches: `/items/42;v=2` gives `42`, the key of `/items/42` (one budget for what may be one id
+ * is the safe failure). A path with neither character, the common case, has one reading and is
+ * normalized once.
  */
-export function normalizeRequestPath(target: string | undefined, matching = DEFAULT_PATH_MATCHING): string {
+export function requestPathReadings(
+  target: string | undefined,
+  rewrites: PathRewrites = DEFAULT_PATH_MATCHING,
+): readonly string[] {
+  const path = targetPath(target);
+  const backslash = rewrites.backslashAsSlash && path.includes('\\');
+  const semicolon = rewrites.stripPathParameters && path.includes(';');
+  if (!backslash && !semicolon) return [normalizePath(path, false, false)];
+  const readings = [normalizePath(path, backslash, semicolon)];
+  if (backslash && semicolon) {
+    addReading(readings, normalizePath(path, false, true));
+    addReading(readings, normalizePath(path, true, false));
+  }
+  addReading(readings, normalizePath(path, false, false));
+  return readings;
+}
+
+/**
+ * One reading of a request target's path (every rewrite in `rewrites` applied): query dropped,
+ * `\` read as `/` if `backslashAsSlash`, percent-encoded unreserved characters decoded (RFC 3986
+ * §6.2.2.2), path parameters (`;jsessionid=1`) cut from each segment if `stripPathParameters`,
+ * dot segments removed (after the cut, so `..;` is `..`, as on Tomcat), repeated and trailing
+ * slashes dropped (`/v1/payments/` is `/v1/payments`, as most routers treat it). Other
+ * percent-escapes (`%2F`, `%25`, `%3B`, `%5C`) are kept as they are, upper-cased. Letter case is
+ * kept: patterns compare it (or not) themselves, so parameters keep theirs. An absolute-form
+ * target (`http://host/path`) contributes its path. Never throws: an unparsable target gives `/`.
+ */
+export function normalizeRequestPath(
+  target: string | undefined,
+  rewrites: PathRewrites = DEFAULT_PATH_MATCHING,
+): string {
+  return normalizePath(targetPath(target), rewrites.backslashAsSlash, rewrites.stripPathParameters);
+}
+
+/** The path of a request target, query dropped; `/` for an empty or unparsable one. */
+function targetPath(target: string | undefined): string {
   if (target === undefined || target === '') return '/';
   let path = target;
   const query = path.search(/[?#]/);
   if (query !== -1) path = path.slice(0, query);
-  if (!path.startsWith('/')) {
-    try {
-      path = new URL(path).pathname;
-    } catch {
-      return '/';
-    }
+  if (path.startsWith('/')) return path;
+  try {
+    return new URL(path).pathname;
+  } catch {
+    return '/';
   }
-  if (path.includes('\\')) path = path.replaceAll('\\', '/');
-  path = path.replace(UNRESERVED, (encoded) => String.fromCharCode(Number.parseInt(encoded.slice(1), 16)));
-  path = path.replace(/%[0-9a-f]{2}/gi, (encoded) => encoded.toUpperCase());
+}
+
+function normalizePath(path: string, backslashAsSlash: boolean, stripPathParameters: boolean): string {
+  let text = backslashAsSlash && path.includes('\\') ? path.replaceAll('\\', '/') : path;
+  text = text.replace(UNRESERVED, (encoded) => String.fromCharCode(Number.parseInt(encoded.slice(1), 16)));
+  text = text.replace(/%[0-9a-f]{2}/gi, (encoded) => encoded.toUpperCase());
   const out: string[] = [];
-  for (let part of path.split('/')) {
-    if (matching.stripPathParameters) {
+  for (let part of text.split('/')) {
+    if (stripPathParameters) {
       const semicolon = part.indexOf(';');
       if (semicolon !== -1) part = part.slice(0, semicolon);
     }
@@ -176,4 +237,8 @@ export function normalizeRequestPath(target: string | undefined, matching = DEFA
     else out.push(part);
   }
   return `/${out.join('/')}`;
+}
+
+function addReading(readings: string[], reading: string): void {
+  if (!readings.includes(reading)) readings.push(reading);
 }
