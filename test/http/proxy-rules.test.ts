@@ -89,19 +89,30 @@ describe('route patterns and path normalization', () => {
     // which Express, Fastify, Go and nginx keep (and so route to the files handler).
     assert.deepEqual(requestPathReadings('/files/..;/x'), ['/x', '/files/..;/x']);
     assert.deepEqual(requestPathReadings('/Files/..;/x'), ['/x', '/Files/..;/x']);
-    assert.deepEqual(requestPathReadings('/files/\\..\\x'), ['/x', '/files/\\..\\x']);
-    assert.deepEqual(requestPathReadings('/files/;/../x'), ['/x', '/files/x']);
+    // The WHATWG parser counts the empty segment: "/files/\\..\\x" is /files/x to it.
+    assert.deepEqual(requestPathReadings('/files/\\..\\x'), ['/x', '/files/\\..\\x', '/files/x']);
+    assert.deepEqual(requestPathReadings('/files/;/../x'), ['/x', '/files/x', '/files/;/../x']);
     assert.deepEqual(requestPathReadings('/v1/payments/;x'), ['/v1/payments', '/v1/payments/;x']);
     assert.deepEqual(requestPathReadings('/v1/payments/4\\2'), ['/v1/payments/4/2', '/v1/payments/4\\2']);
     assert.deepEqual(requestPathReadings('/v1/payments/..;'), ['/v1', '/v1/payments/..;']);
     // Both characters: each rewrite also alone. The WHATWG parser (\ only) routes this to
     // /files/x, which neither the plain nor the fully rewritten reading is.
     assert.equal(new URL('http://h/files\\x/..;/..').pathname, '/files/x/');
-    assert.deepEqual(requestPathReadings('/files\\x/..;/..'), ['/', '/files/x', '/files\\x']);
+    assert.deepEqual(requestPathReadings('/files\\x/..;/..'), [
+      '/',
+      '/files/x',
+      '/files\\x',
+      '/files\\x/..;/..',
+    ]);
     assert.deepEqual(requestPathReadings('/a;b\\c/d'), ['/a/c/d', '/a/d', '/a;b/c/d', '/a;b\\c/d']);
-    // One reading without the characters, or with them only in the query, escaped or turned off.
-    assert.deepEqual(requestPathReadings('/v1//payments/./42/?q=;\\'), ['/v1/payments/42']);
-    assert.deepEqual(requestPathReadings('/a%3B/b%5C/..'), ['/a%3B']);
+    // One reading without the characters, or with them only in the query, escaped or turned off
+    // (the dot segments here add the reading that keeps them, last).
+    assert.deepEqual(requestPathReadings('/v1/payments/42/?q=;\\'), ['/v1/payments/42']);
+    assert.deepEqual(requestPathReadings('/v1//payments/./42/?q=;\\'), [
+      '/v1/payments/42',
+      '/v1/payments/./42',
+    ]);
+    assert.deepEqual(requestPathReadings('/a%3B/b%5C/..'), ['/a%3B', '/a%3B/b%5C/..']);
     assert.deepEqual(
       requestPathReadings('/files/..;/\\..\\x', { backslashAsSlash: false, stripPathParameters: false }),
       ['/files/..;/\\..\\x'],
@@ -110,6 +121,88 @@ describe('route patterns and path normalization', () => {
       requestPathReadings('/files/..;/x', { backslashAsSlash: true, stripPathParameters: false }),
       ['/files/..;/x'],
     );
+  });
+
+  it('also reads a path with dot segments kept, as Express 5 and Fastify 5 route it', () => {
+    // They route ".." and "." (also "%2e" spellings, decoded) as ordinary segments: Express runs
+    // its /admin handler for /admin/../users and /v1/payments/:id/refunds with id ".." here.
+    assert.deepEqual(requestPathReadings('/admin/../users'), ['/users', '/admin/../users']);
+    assert.deepEqual(requestPathReadings('/admin/%2e%2e/users'), ['/users', '/admin/../users']);
+    assert.deepEqual(requestPathReadings('/v1/payments/../refunds'), [
+      '/v1/refunds',
+      '/v1/payments/../refunds',
+    ]);
+    assert.deepEqual(requestPathReadings('/v1/payments/%2E%2E/refunds'), [
+      '/v1/refunds',
+      '/v1/payments/../refunds',
+    ]);
+    assert.deepEqual(requestPathReadings('/v1/payments/./refunds'), [
+      '/v1/payments/refunds',
+      '/v1/payments/./refunds',
+    ]);
+    assert.deepEqual(requestPathReadings('/a/.%2E/b'), ['/b', '/a/../b']);
+    assert.deepEqual(compileRoutePattern('/v1/payments/:id/refunds').match('/v1/payments/../refunds'), {
+      id: '..',
+    });
+    // Kept also with both rewrites off (Express and Fastify apply neither); the kept reading is last.
+    assert.deepEqual(
+      requestPathReadings('/admin/../users', { backslashAsSlash: false, stripPathParameters: false }),
+      ['/users', '/admin/../users'],
+    );
+    assert.deepEqual(requestPathReadings('/files/..;/x/..'), ['/', '/files/..;', '/files/..;/x/..']);
+    // Dots inside a segment are no dot segment: one reading, normalized once.
+    assert.deepEqual(requestPathReadings('/.well-known/a.b/..x/%2ex'), ['/.well-known/a.b/..x/.x']);
+  });
+
+  it('also reads a path with "//" or "\\" as the WHATWG URL parser does (routing.backslashAsSlash)', () => {
+    // new URL(req.url, base) reads "//evil/…" and "/\\evil/…" as an authority, and counts empty
+    // segments when resolving "..": each of these is /v1/payments/1 to a fetch-API server.
+    for (const target of [
+      '//evil/v1/payments/1',
+      '/\\evil/v1/payments/1',
+      '/v1//../payments/1',
+      '/v1//%2e%2e/payments/1',
+    ]) {
+      assert.equal(new URL(target, 'http://h').pathname, '/v1/payments/1', target);
+    }
+    assert.deepEqual(requestPathReadings('//evil/v1/payments/1'), ['/evil/v1/payments/1', '/v1/payments/1']);
+    assert.deepEqual(requestPathReadings('/\\evil/v1/payments/1'), [
+      '/evil/v1/payments/1',
+      '/\\evil/v1/payments/1',
+      '/v1/payments/1',
+    ]);
+    assert.deepEqual(requestPathReadings('/v1//../payments/1'), [
+      '/payments/1',
+      '/v1/payments/1',
+      '/v1/../payments/1',
+    ]);
+    assert.deepEqual(requestPathReadings('/v1//%2e%2e/payments/1'), [
+      '/payments/1',
+      '/v1/payments/1',
+      '/v1/../payments/1',
+    ]);
+    // Not without routing.backslashAsSlash, which is what models the WHATWG parser.
+    assert.deepEqual(
+      requestPathReadings('//evil/v1/payments/1', { backslashAsSlash: false, stripPathParameters: true }),
+      ['/evil/v1/payments/1'],
+    );
+    // A target the parser rejects (a bad host) fails in the upstream too: no reading of its own.
+    assert.deepEqual(requestPathReadings('//[bad/x'), ['/[bad/x']);
+    assert.deepEqual(requestPathReadings('//h:99999/x'), ['/h:99999/x']);
+  });
+
+  it('gives a hostile path at most six readings, cheaply and without throwing', () => {
+    const hostile = '//h:1/a;b\\c/.%2e//d/..;/'.repeat(600).slice(0, 14_000);
+    const readings = requestPathReadings(hostile);
+    assert.ok(readings.length >= 5 && readings.length <= 6, `${readings.length} readings`);
+    assert.equal(new Set(readings).size, readings.length, 'no duplicates');
+    const started = performance.now();
+    for (let i = 0; i < 20; i++) requestPathReadings(hostile);
+    const each = (performance.now() - started) / 20;
+    assert.ok(each < 20, `${each.toFixed(2)} ms a reading set`);
+    for (const odd of ['//', '/\\', '//@', '//%zz/x', '/%2e%2e%2f..', '//h/..//..', '/\\\\/\\']) {
+      assert.ok(requestPathReadings(odd).length >= 1, odd);
+    }
   });
 });
 

@@ -207,6 +207,58 @@ describe('spillway proxy: limiting', () => {
     assert.equal(first.headers.ratelimit, '"files";r=2;t=20');
   });
 
+  it('also matches dot segments kept as segments (Express, Fastify) and "//" read as the WHATWG parser reads it', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: admin
+    limit: 1
+    windowSec: 60
+    match: { prefix: /admin }
+  - name: refunds
+    limit: 1
+    windowSec: 60
+    match: { path: /v1/payments/:id/refunds, methods: [POST] }
+  - name: payments
+    limit: 1
+    windowSec: 60
+    match: { path: /v1/payments/:id, methods: [GET] }
+`);
+    assert.equal((await send(proxy.base, { path: '/admin/users' })).status, 200);
+    assert.equal((await send(proxy.base, { path: '/v1/payments/1/refunds', method: 'POST' })).status, 200);
+    assert.equal((await send(proxy.base, { path: '/v1/payments/1' })).status, 200);
+    // Express 5 and Fastify 5 route ".." as a segment: these ran the admin handler and the refunds
+    // handler with id "..". A fetch-API server reads "//evil" and "/\\evil" as a host and counts
+    // the empty segment before "..": these are /v1/payments/1 to it.
+    const spellings: [string, string, string][] = [
+      ['GET', '/admin/../users', 'admin'],
+      ['GET', '/admin/%2e%2e/users', 'admin'],
+      ['POST', '/v1/payments/../refunds', 'refunds'],
+      ['POST', '/v1/payments/%2E%2E/refunds', 'refunds'],
+      ['GET', '//evil/v1/payments/1', 'payments'],
+      ['GET', '/\\evil/v1/payments/1', 'payments'],
+      ['GET', '/v1//../payments/1', 'payments'],
+      ['GET', '/v1//%2e%2e/payments/1', 'payments'],
+    ];
+    for (const [method, path, bucket] of spellings) {
+      const response = await send(proxy.base, { path, method });
+      assert.equal(response.status, 429, path);
+      assert.deepEqual(JSON.parse(response.body).policies, [bucket], path);
+    }
+    assert.equal(upstream.seen.length, 3);
+  });
+
+  it('charges a bucket once when the kept-dots and WHATWG readings match it too', async () => {
+    const { proxy } = await setup(`${LOCAL}buckets:
+  - name: payments
+    limit: 3
+    windowSec: 60
+    match: { prefix: /v1/payments }
+`);
+    // Read as /v1/payments/1 (dots resolved, and by the WHATWG parser) and /v1/payments/x/../1.
+    const first = await send(proxy.base, { path: '/v1/payments/x//../1' });
+    assert.equal(first.status, 200);
+    assert.equal(first.headers.ratelimit, '"payments";r=2;t=20');
+  });
+
   it('routing options make matching case-sensitive, HEAD its own method and ";" and "\\" characters', async () => {
     const { proxy } = await setup(`routing:
   caseSensitive: true

@@ -6,7 +6,7 @@ export interface RequestFacts {
   method: string;
   /**
    * From `requestPathReadings`: every path an upstream may route the request to, most rewritten
-   * first; one for a path without `;` or `\`.
+   * first; one for a path without `;`, `\`, `//` or a dot segment.
    */
   paths: readonly string[];
   /** From the client address resolver. */

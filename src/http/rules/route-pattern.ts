@@ -9,8 +9,9 @@
  * Matching runs on the readings of `requestPathReadings(url)`, never on the raw target:
  * `/v1//payments/1`, `/v1/./payments/1`, `/v1/x/../payments/1`, `/v1\\payments\\1`,
  * `/v1;x=1/payments/1`, `/V1/Payments/1` and `/v1/%70ayments/1` all reach the same handler on
- * common upstreams, so a limiter that matched the raw text could be bypassed by spelling a path
- * differently. For a rate limiter matching too many spellings is the safe failure, too few a
+ * some common upstream, and `/v1/payments/../refunds` or `//evil/v1/payments/1` reach other
+ * handlers on others, so a limiter that matched the raw text (or any single reading) could be
+ * bypassed by spelling a path differently. For a rate limiter matching too many spellings is the safe failure, too few a
  * bypass. The request is still forwarded with its original target.
  */
 export interface RoutePattern {
@@ -158,21 +159,33 @@ const UNRESERVED = /%(2[DdEe]|3[0-9]|4[1-9A-Fa-f]|5[0-9Aa]|5[Ff]|6[1-9A-Fa-f]|7[
 /**
  * Every path an upstream may route a request target to; a bucket matches when any of them does.
  *
- * Upstreams disagree on `\` and `;`: Express, Fastify, Go and nginx keep both as characters, the
- * WHATWG URL parser (fetch-API servers, `new URL(req.url, base)`) reads `\` as `/`, Tomcat,
- * Spring and Jetty cut `;params`. A rewrite applied before dot segments are resolved can turn a
- * segment into `..` or nothing and so remove a real segment that an upstream not applying it
- * keeps: `/files/..;/x` is `/x` on Tomcat but reaches `/files/*` on Express. No single reading is
- * safe, so each enabled rewrite whose character the path contains is applied and not applied.
+ * Upstreams disagree on `\`, `;`, dot segments and `//`: Express, Fastify, Go and nginx keep `\`
+ * and `;` as characters, the WHATWG URL parser (fetch-API servers, `new URL(req.url, base)`)
+ * reads `\` as `/`, Tomcat, Spring and Jetty cut `;params`. A rewrite applied before dot segments
+ * are resolved can turn a segment into `..` or nothing and so remove a real segment that an
+ * upstream not applying it keeps: `/files/..;/x` is `/x` on Tomcat but reaches `/files/*` on
+ * Express. No single reading is safe, so each enabled rewrite whose character the path contains
+ * is applied and not applied.
  *
- * Readings, duplicates dropped: every rewrite applied (`\` first, then `;` cut), then `;` cut
- * only, then `\` as `/` only, then the plain reading (neither). With both characters each rewrite
- * is also taken alone, as an upstream may apply one and not the other: `/files\x/..;/..` is
- * `/files/x` to the WHATWG parser, while the plain reading is `/files\x` and the fully rewritten
- * one `/`. Most rewritten first, because a bucket's parameters come from the first reading it
- * matches: `/items/42;v=2` gives `42`, the key of `/items/42` (one budget for what may be one id
- * is the safe failure). A path with neither character, the common case, has one reading and is
- * normalized once.
+ * Readings, duplicates dropped, at most six:
+ * 1. every rewrite applied (`\` first, then `;` cut); then, with both characters, `;` cut only
+ *    and `\` as `/` only, as an upstream may apply one and not the other (`/files\x/..;/..` is
+ *    `/files/x` to the WHATWG parser, `/` fully rewritten, `/files\x` plainly);
+ * 2. the plain reading (neither rewrite), if the path has `\` or `;`;
+ * 3. with `backslashAsSlash` and a path containing `\` or `//`: the WHATWG parser's own pathname,
+ *    normalized plainly. It reads `//evil/v1/x` and `/\evil/v1/x` as host `evil` and path
+ *    `/v1/x`, and counts empty segments when resolving `..` (`/v1//../x` is `/v1/x`), which
+ *    the other readings, dropping empty segments first, do not;
+ * 4. with a dot segment (`.`, `..`, `%2e`, `.%2E`…): the plain reading with dot segments kept as
+ *    segments (escapes decoded), as Express 5 and Fastify 5 route them: `/admin/../users`
+ *    reaches their `/admin` handler, `/v1/payments/%2E%2E/refunds` their
+ *    `/v1/payments/:id/refunds` with id `..`.
+ *
+ * In that order, because a bucket's parameters come from the first reading it matches: most
+ * rewritten first (`/items/42;v=2` gives `42`, the key of `/items/42`: one budget for what may be
+ * one id is the safe failure), and the readings of 3 and 4 last, so they never change the key of
+ * a request that an earlier reading matches. A path with none of `\`, `;`, `//` or a dot segment,
+ * the common case, has one reading and is normalized once.
  */
 export function requestPathReadings(
   target: string | undefined,
@@ -181,14 +194,39 @@ export function requestPathReadings(
   const path = targetPath(target);
   const backslash = rewrites.backslashAsSlash && path.includes('\\');
   const semicolon = rewrites.stripPathParameters && path.includes(';');
-  if (!backslash && !semicolon) return [normalizePath(path, false, false)];
+  const whatwg = rewrites.backslashAsSlash && (backslash || path.includes('//'));
+  const dots = (path.includes('/.') || path.includes('%2')) && DOT_SEGMENT.test(path);
+  if (!backslash && !semicolon && !whatwg && !dots) return [normalizePath(path, false, false)];
   const readings = [normalizePath(path, backslash, semicolon)];
   if (backslash && semicolon) {
     addReading(readings, normalizePath(path, false, true));
     addReading(readings, normalizePath(path, true, false));
   }
-  addReading(readings, normalizePath(path, false, false));
+  if (backslash || semicolon) addReading(readings, normalizePath(path, false, false));
+  if (whatwg) {
+    const parsed = whatwgPathname(path);
+    if (parsed !== undefined) addReading(readings, normalizePath(parsed, false, false));
+  }
+  if (dots) addReading(readings, normalizePath(path, false, false, true));
   return readings;
+}
+
+/** A `/`-delimited segment of one or two dots, each `.` or `%2e` in either case. */
+const DOT_SEGMENT = /\/(?:\.|%2e){1,2}(?=\/|$)/i;
+
+const WHATWG_BASE = new URL('http://h/');
+
+/**
+ * The pathname the WHATWG URL parser gives a request target, as `new URL(req.url, base)` in an
+ * upstream does: `//host/…` and `/\host/…` are an authority and a path. Undefined when the parser
+ * rejects it (a bad host), as the upstream's parse then fails too.
+ */
+function whatwgPathname(path: string): string | undefined {
+  try {
+    return new URL(path, WHATWG_BASE).pathname;
+  } catch {
+    return undefined;
+  }
 }
 
 /**
@@ -222,7 +260,12 @@ function targetPath(target: string | undefined): string {
   }
 }
 
-function normalizePath(path: string, backslashAsSlash: boolean, stripPathParameters: boolean): string {
+function normalizePath(
+  path: string,
+  backslashAsSlash: boolean,
+  stripPathParameters: boolean,
+  keepDotSegments = false,
+): string {
   let text = backslashAsSlash && path.includes('\\') ? path.replaceAll('\\', '/') : path;
   text = text.replace(UNRESERVED, (encoded) => String.fromCharCode(Number.parseInt(encoded.slice(1), 16)));
   text = text.replace(/%[0-9a-f]{2}/gi, (encoded) => encoded.toUpperCase());
@@ -232,9 +275,10 @@ function normalizePath(path: string, backslashAsSlash: boolean, stripPathParamet
       const semicolon = part.indexOf(';');
       if (semicolon !== -1) part = part.slice(0, semicolon);
     }
-    if (part === '' || part === '.') continue;
-    if (part === '..') out.pop();
-    else out.push(part);
+    if (part === '') continue;
+    if (keepDotSegments) out.push(part);
+    else if (part === '..') out.pop();
+    else if (part !== '.') out.push(part);
   }
   return `/${out.join('/')}`;
 }
