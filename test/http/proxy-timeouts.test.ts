@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
-import { type ClientRequest, type IncomingMessage, request } from 'node:http';
+import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from 'node:http';
+import { connect } from 'node:net';
 import { describe, it } from 'node:test';
 import { until } from '../helpers/until.js';
 import { metricValue, ProxyFixtures, type SimpleResponse, send, type TestProxy } from './proxy-harness.js';
@@ -78,6 +79,111 @@ function trickle(url: string): { req: ClientRequest; stop(): void } {
     },
   };
 }
+
+/**
+ * On a raw keep-alive connection: a POST declaring `declaredBytes`, of which `sentBytes` are
+ * written (as fast as the connection takes them), then `after`. Resolves with everything read and
+ * whether the proxy closed the connection within `withinMs`. A Node socket that reads the proxy's
+ * FIN stops writing and ends its side unless `halfOpen`.
+ */
+function rawUpload(
+  port: number,
+  options: { declaredBytes: number; sentBytes: number; after?: string; halfOpen?: boolean; withinMs: number },
+): Promise<{ received: string; closed: boolean }> {
+  return new Promise((resolve) => {
+    const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: options.halfOpen ?? false });
+    let received = '';
+    const timer = setTimeout(() => {
+      socket.destroy();
+      resolve({ received, closed: false });
+    }, options.withinMs);
+    socket.setEncoding('latin1');
+    socket.on('data', (data: string) => {
+      received += data;
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      clearTimeout(timer);
+      resolve({ received, closed: true });
+    });
+    socket.write(`POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${options.declaredBytes}\r\n\r\n`);
+    const chunk = Buffer.alloc(64 * 1024, 97);
+    let sent = 0;
+    const pump = () => {
+      while (sent < options.sentBytes && socket.writable) {
+        const size = Math.min(chunk.length, options.sentBytes - sent);
+        sent += size;
+        if (!socket.write(chunk.subarray(0, size))) {
+          socket.once('drain', pump);
+          return;
+        }
+      }
+      if (sent >= options.sentBytes && options.after !== undefined && socket.writable)
+        socket.write(options.after);
+    };
+    pump();
+  });
+}
+
+/** An upstream that answers 413 at once, reading none of the body. */
+const refuseUnread = (_req: IncomingMessage, res: ServerResponse) => {
+  res.writeHead(413, { 'content-length': '8' });
+  res.end('too big\n');
+};
+
+describe('spillway proxy: an upstream that answers before reading the body', { timeout: 30_000 }, () => {
+  for (const [what, bytes] of [
+    ['1 MiB', 1024 * 1024],
+    ['16 MiB', 16 * 1024 * 1024],
+  ] as const) {
+    it(`answers, then closes the connection instead of stalling on the unread rest (${what})`, async () => {
+      const { proxy } = await fixtures.start(rules(), refuseUnread);
+      const result = await rawUpload(proxy.proxy.port, {
+        declaredBytes: bytes,
+        sentBytes: bytes,
+        after: 'GET /second HTTP/1.1\r\nHost: x\r\n\r\n',
+        withinMs: 5_000,
+      });
+      assert.match(result.received, /^HTTP\/1\.1 413 /);
+      assert.match(result.received, /\r\nconnection: close\r\n/i);
+      assert.equal(result.received.split('HTTP/1.1 ').length - 1, 1, 'the pipelined request is not answered');
+      assert.equal(result.closed, true, 'the proxy closed the connection');
+      await until('the exchange is done', () => proxy.proxy.inFlight === 0);
+      assert.equal(await outcome(proxy, 'forwarded'), 1);
+    });
+  }
+
+  it('drops the rest of the body for at most server.bodyTimeoutMs of silence, then drops the connection', async () => {
+    const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), refuseUnread);
+    // Sends part of the body, then nothing for longer than the bound, keeping its side open after
+    // the proxy's FIN; what it writes after that is refused (reset) by a connection the proxy dropped.
+    const socket = connect({ port: proxy.proxy.port, host: '127.0.0.1', allowHalfOpen: true });
+    let received = '';
+    let ended = false;
+    let closed = false;
+    socket.setEncoding('latin1');
+    socket.on('data', (data: string) => {
+      received += data;
+    });
+    socket.on('end', () => {
+      ended = true;
+    });
+    socket.on('error', () => {});
+    socket.on('close', () => {
+      closed = true;
+    });
+    socket.write(`POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: ${1024 * 1024}\r\n\r\n`);
+    socket.write(Buffer.alloc(64 * 1024, 97));
+    await until('the response and FIN', () => ended);
+    assert.match(received, /^HTTP\/1\.1 413 /);
+    const silentFromMs = performance.now();
+    await until('the connection is dropped', () => {
+      if (!closed && performance.now() - silentFromMs > 400) socket.write(Buffer.alloc(1024, 97));
+      return closed;
+    });
+    socket.destroy();
+  });
+});
 
 describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
   it('a request queued behind slow uploads that hold every connection gets a 504 within headersTimeoutMs, and is never sent', async () => {

@@ -213,6 +213,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   }
 
   function serve(req: IncomingMessage, res: ServerResponse, expectContinue: boolean): void {
+    // Pipelined behind a connection's last response, read while its body is dropped
+    // (`lingeringClose`): never answered, the connection closes.
+    if (req.socket.writableEnded) return;
     track(1);
     const exchange = new Exchange(req, res, active, expectContinue);
     // The one `close` listener of a request: in-flight count, and a client leaving mid-forward.
@@ -431,7 +434,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       // Still queued: undici has no way to take it out of the queue; it is dropped in
       // onRequestStart, before anything is written, once a connection takes it.
       this.controller?.abort(new ExchangeAbortError(failure.message));
-      this.res.setHeader('connection', 'close');
+      this.closeAfterResponse();
       sendJson(
         this.res,
         failure.status,
@@ -464,6 +467,18 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         );
       }
       this.controller?.abort(new ExchangeAbortError('the client stopped sending the request body'));
+    }
+
+    /**
+     * This response is the connection's last (`Connection: close`). When the request body is not
+     * all read, the rest is read and dropped after the response, bounded (`lingeringClose`), so
+     * the connection neither stalls on an unread upload nor resets before the client has read
+     * the response.
+     */
+    closeAfterResponse(): void {
+      const { req, res } = this;
+      if (!res.headersSent) res.setHeader('connection', 'close');
+      if (this.body !== null && !req.complete) lingeringClose(req, this.rules.rules.server.bodyTimeoutMs);
     }
 
     recordHeadersWait(): void {
@@ -549,6 +564,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         if (merged.policy !== undefined) responseHeaders['RateLimit-Policy'] = merged.policy;
         if (merged.limit !== undefined) responseHeaders.RateLimit = merged.limit;
       }
+      // The upstream answers before it has the whole body (a 413, a 401, an echo): the rest of
+      // the upload has to be read before this connection could carry another request.
+      if (this.body !== null && !this.req.complete) this.closeAfterResponse();
       try {
         res.writeHead(statusCode, responseHeaders);
       } catch (error) {
@@ -591,7 +609,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       }
       const failure = describeUpstreamFailure(error, upstream);
       this.settle(failure.outcome);
-      res.setHeader('connection', 'close');
+      this.closeAfterResponse();
       sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, this.limitHeaders);
     }
   }
@@ -969,6 +987,51 @@ class RequestBody implements AsyncIterableIterator<Buffer> {
 
 function bodyIdleFired(body: RequestBody): void {
   body.fired();
+}
+
+/**
+ * How long the rest of an unread request body is read and dropped after a connection's last
+ * response, at most (nginx's `lingering_time`); each pause is bounded by `server.bodyTimeoutMs`.
+ */
+const LINGER_MS = 30_000;
+
+/**
+ * nginx's lingering close, for a connection whose last response goes out before its request body
+ * was read (the upstream answered early, or failed): Node would close the socket as soon as the
+ * response is written, and the kernel answers the client's next bytes with a reset, which may
+ * reach the client before it has read the response and destroy it; while the body is left unread
+ * without a close, the connection stalls for ever (`req` was being read, so Node never discards
+ * the rest itself). Instead, once the response is out, the socket is ended (FIN) and the rest of
+ * the body is read and dropped until it ends, pauses `idleTimeoutMs` (0: no pause bound), or
+ * `LINGER_MS` passes; then the socket is destroyed.
+ */
+function lingeringClose(req: IncomingMessage, idleTimeoutMs: number): void {
+  const socket = req.socket;
+  const closeNow = socket.destroySoon;
+  // Node's server calls `destroySoon` once the response marked `Connection: close` is written.
+  socket.destroySoon = () => {
+    if (req.complete || socket.destroyed) {
+      closeNow.call(socket);
+      return;
+    }
+    socket.end();
+    const stop = () => {
+      clearTimeout(total);
+      clearTimeout(idle);
+      socket.destroy();
+    };
+    const total = setTimeout(stop, LINGER_MS);
+    const idle = idleTimeoutMs > 0 ? setTimeout(stop, Math.min(idleTimeoutMs, LINGER_MS)) : undefined;
+    // Read in paused mode, beside the body iterator undici may not have returned yet (its
+    // `readable` listener would keep `resume()` from switching to flowing).
+    const drop = () => {
+      while (req.read() !== null) idle?.refresh();
+    };
+    req.on('readable', drop);
+    req.once('end', stop);
+    socket.once('close', stop);
+    drop();
+  };
 }
 
 function sendJson(
