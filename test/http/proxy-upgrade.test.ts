@@ -1,8 +1,17 @@
 import assert from 'node:assert/strict';
-import type { Socket } from 'node:net';
+import { request } from 'node:http';
+import { connect, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import { until } from '../helpers/until.js';
-import { openUpgrade, ProxyFixtures, startTestProxy, startUpstream, type Upstream } from './proxy-harness.js';
+import {
+  metricValue,
+  openUpgrade,
+  ProxyFixtures,
+  startTestProxy,
+  startUpstream,
+  type TestProxy,
+  type Upstream,
+} from './proxy-harness.js';
 
 // Upgraded connections (WebSocket) as tunnels: one side leaving closes the other, idle tunnels
 // are closed, and a graceful stop waits for tunnels but counts each one once when it cuts them.
@@ -29,6 +38,10 @@ async function echoingUpstream(): Promise<{ upstream: Upstream; held: Socket[] }
     await closeServer();
   };
   return { upstream, held };
+}
+
+function outcome(proxy: TestProxy, name: string): Promise<number> {
+  return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
 }
 
 function rules(server = ''): string {
@@ -139,5 +152,66 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     // Without the cut, close() waits for upstream.headersTimeoutMs (30 s).
     assert.ok(performance.now() - startedMs < 10_000);
     await refused;
+  });
+  it('a client that leaves before the upstream answers 101 aborts the upgrade: never a tunnel, counted client_abort', async () => {
+    const upstream = await startUpstream();
+    const waiting: Socket[] = [];
+    upstream.server.on('upgrade', (_req, socket: Socket) => {
+      socket.on('error', () => {});
+      waiting.push(socket);
+    });
+    const { proxy } = await fixtures.start(rules('server:\n  upgradeIdleTimeoutMs: 0\n'), upstream);
+    fixtures.track(async () => {
+      for (const socket of waiting) socket.destroy();
+    });
+    const client = connect(proxy.proxy.port, '127.0.0.1');
+    client.on('error', () => {});
+    client.write('GET /socket HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    await until('the upstream has the upgrade request', () => waiting.length === 1);
+    const upstreamClosed = new Promise((resolve) => waiting[0]!.once('close', resolve));
+    // A departing client's FIN is all the proxy sees of it (its sockets are half-open).
+    client.destroy();
+    await until('the upgrade is released', () => proxy.proxy.inFlight === 0);
+    assert.equal(await outcome(proxy, 'client_abort'), 1);
+    assert.equal(await outcome(proxy, 'forwarded'), 0);
+    waiting[0]!.end();
+    await upstreamClosed;
+  });
+
+  it('an upgrade gets 504 when no upstream connection answers within headersTimeoutMs, queued time included', async () => {
+    const { upstream } = await echoingUpstream();
+    upstream.handler = (_req, res) => {
+      // Holds the only pooled connection.
+      res.writeHead(200);
+      res.write('x');
+    };
+    const { proxy } = await fixtures.start(rules(), upstream, '\n  connections: 1\n  headersTimeoutMs: 500');
+    const hold = request(`${proxy.base}/hold`, { agent: false });
+    hold.on('error', () => {});
+    hold.end();
+    await until('the connection is held', () => upstream.seen.length === 1);
+    const startedMs = performance.now();
+    const refused = await openUpgrade(`${proxy.base}/socket`);
+    const waitedMs = performance.now() - startedMs;
+    assert.equal(refused.status, 504);
+    assert.deepEqual(JSON.parse(refused.body!), {
+      error: 'upstream_timeout',
+      message: 'upstream answered no upgrade within 500 ms',
+    });
+    assert.ok(waitedMs >= 450 && waitedMs < 2_000, `answered after ${waitedMs} ms`);
+    assert.equal(await outcome(proxy, 'upstream_timeout'), 1);
+    hold.destroy();
+  });
+
+  it('an upstream that ends right after its 101 closes the tunnel', async () => {
+    const upstream = await startUpstream();
+    upstream.server.on('upgrade', (_req, socket: Socket) => {
+      socket.on('error', () => {});
+      socket.end('HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n');
+    });
+    const { proxy } = await fixtures.start(rules('server:\n  upgradeIdleTimeoutMs: 0\n'), upstream);
+    const client = await openTunnel(proxy.base);
+    await ended(client);
+    await until('the tunnel is closed', () => proxy.proxy.inFlight === 0);
   });
 });

@@ -626,6 +626,20 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     upgradeSockets.add(socket);
     socket.once('close', release);
     socket.on('error', () => socket.destroy());
+    // A client that leaves before the tunnel is joined: server sockets are half-open, so one that
+    // goes away may only end its side; 'end' is seen only while the socket is read. `read(0)`
+    // consumes nothing: bytes the client sends after its request stay buffered for the tunnel.
+    const abort = new AbortController();
+    const leave = () => abort.abort(new ExchangeAbortError(CLIENT_GONE));
+    const watch = () => socket.read(0);
+    socket.on('readable', watch);
+    socket.once('end', leave);
+    socket.once('close', leave);
+    const stopWatching = () => {
+      socket.off('readable', watch);
+      socket.off('end', leave);
+      socket.off('close', leave);
+    };
     const rules = active;
     try {
       const target = requestTarget(req);
@@ -636,6 +650,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       }
       const verdictOrPromise = decide(rules, req);
       const verdict = verdictOrPromise instanceof Promise ? await verdictOrPromise : verdictOrPromise;
+      if (abort.signal.aborted) {
+        metrics.request('client_abort');
+        socket.destroy();
+        return;
+      }
       if (verdict.repeatedHeader !== undefined) {
         metrics.request('bad_request');
         writeRawResponse(socket, 400, {}, repeatedHeaderBody(verdict.repeatedHeader));
@@ -659,27 +678,63 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         protocol: 'http',
         preserveHost: upstream.preserveHost,
       });
-      const abort = new AbortController();
-      socket.once('close', () => abort.abort());
-      let upgradedUpstream: Dispatcher.UpgradeData;
+      // One deadline for a pooled connection and the upstream's answer, as for any request
+      // (undici's headers timeout does not run while the upgrade is queued in the pool).
+      const headersTimeoutMs = upstream.headersTimeoutMs;
+      let timedOut = false;
+      const deadline =
+        headersTimeoutMs > 0
+          ? setTimeout(() => {
+              timedOut = true;
+              abort.abort(new ExchangeAbortError('upgrade deadline'));
+            }, headersTimeoutMs)
+          : undefined;
+      const upgrading = pool.upgrade({
+        path: target,
+        method: req.method ?? 'GET',
+        headers,
+        protocol: headerValue(req, 'upgrade') ?? 'websocket',
+        signal: abort.signal,
+      });
+      // undici acts on the abort only once the upgrade has a connection: while it is queued in the
+      // pool, the client's answer cannot wait for it.
+      const abandoned = new Promise<undefined>((resolve) =>
+        abort.signal.addEventListener('abort', () => resolve(undefined), { once: true }),
+      );
+      let upgradedUpstream: Dispatcher.UpgradeData | undefined;
+      let failure: unknown;
       try {
-        upgradedUpstream = await pool.upgrade({
-          path: target,
-          method: req.method ?? 'GET',
-          headers,
-          protocol: headerValue(req, 'upgrade') ?? 'websocket',
-          signal: abort.signal,
-        });
+        upgradedUpstream = await Promise.race([upgrading, abandoned]);
       } catch (error) {
-        if (abort.signal.aborted) {
+        failure = error;
+      } finally {
+        clearTimeout(deadline);
+      }
+      stopWatching();
+      if (abort.signal.aborted) {
+        // An upgrade that succeeds after all is closed at once.
+        upgrading.then(
+          (late) => late.socket.destroy(),
+          () => {},
+        );
+        if (timedOut) {
+          metrics.request('upstream_timeout');
+          writeRawResponse(socket, 504, limitHeaders, {
+            error: 'upstream_timeout',
+            message: `upstream answered no upgrade within ${headersTimeoutMs} ms`,
+          });
+        } else {
           metrics.request('client_abort');
-          return;
+          socket.destroy();
         }
-        const failure = describeUpstreamFailure(error, upstream);
-        metrics.request(failure.outcome);
-        writeRawResponse(socket, failure.status, limitHeaders, {
-          error: failure.outcome,
-          message: failure.message,
+        return;
+      }
+      if (upgradedUpstream === undefined) {
+        const described = describeUpstreamFailure(failure, upstream);
+        metrics.request(described.outcome);
+        writeRawResponse(socket, described.status, limitHeaders, {
+          error: described.outcome,
+          message: described.message,
         });
         return;
       }
@@ -830,10 +885,15 @@ function joinTunnel(client: Duplex, upstream: Duplex, idleTimeoutMs: number, onC
   upstream.on('end', end);
   client.on('error', destroy);
   upstream.on('error', destroy);
-  client.once('close', closed);
-  upstream.once('close', closed);
+  for (const side of [client, upstream]) {
+    // A side that closed before it was joined emits no more 'close'.
+    if (side.closed) process.nextTick(closed);
+    else side.once('close', closed);
+  }
   upstream.pipe(client);
   client.pipe(upstream);
+  // A side that ended or closed before it was joined emits no more 'end': end the tunnel now.
+  if (client.readableEnded || upstream.readableEnded || client.destroyed || upstream.destroyed) end();
   return { destroy };
 }
 
