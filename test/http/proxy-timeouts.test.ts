@@ -15,6 +15,16 @@ function outcome(proxy: TestProxy, name: string): Promise<number> {
   return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
 }
 
+/** `spillway_proxy_upstream_headers_seconds`: how many waits it holds, and their total. */
+async function headersWaits(proxy: TestProxy): Promise<{ count: number; sumSeconds: number }> {
+  const metric = await proxy.registry.getSingleMetric('spillway_proxy_upstream_headers_seconds')?.get();
+  // A histogram's values carry the name of the series each belongs to (`_bucket`, `_sum`, `_count`).
+  const values = (metric?.values ?? []) as { value: number; metricName?: string }[];
+  const value = (suffix: string) =>
+    values.find((v) => v.metricName === `spillway_proxy_upstream_headers_seconds${suffix}`)?.value ?? 0;
+  return { count: value('_count'), sumSeconds: value('_sum') };
+}
+
 function rules(server = ''): string {
   return `${server}backend:\n  kind: local\nbuckets: []\n`;
 }
@@ -216,6 +226,9 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
       upstream.seen.map((r) => r.url),
       ['/upload', '/upload', '/after'],
     );
+    // Only '/after' got headers from the upstream: neither the queue timeout nor the aborted
+    // uploads are upstream waits.
+    assert.equal((await headersWaits(proxy)).count, 1);
   });
 
   it('an upload longer than headersTimeoutMs is not cut: only the waits for a connection and for headers count', async () => {
@@ -233,6 +246,10 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     const result = await response;
     assert.equal(result.status, 200);
     assert.equal(result.body, `got ${12 * 1024}`);
+    // The upstream answered as soon as it had the body: the 1.2 s upload is not its wait.
+    const waits = await headersWaits(proxy);
+    assert.equal(waits.count, 1);
+    assert.ok(waits.sumSeconds < 0.5, `recorded ${waits.sumSeconds} s`);
   });
 
   it('answers 408 when the request body pauses longer than server.bodyTimeoutMs, and aborts the upstream request', async () => {

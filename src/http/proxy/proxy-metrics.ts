@@ -98,7 +98,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   });
   const upstream = new Histogram({
     name: 'spillway_proxy_upstream_headers_seconds',
-    help: 'Time from sending a request upstream to its response headers (failures included).',
+    help: 'Time from a request sent whole to the upstream to its response headers, or to the headers deadline.',
     buckets: UPSTREAM_BUCKETS_S,
     registers: [registry],
   });

@@ -338,13 +338,15 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     controller: Dispatcher.DispatchController | undefined = undefined;
     /** The client left before its response was complete. */
     clientGone = false;
-    /** Upstream response headers arrived, or the wait for them ended (upstreamHeadersSeconds recorded). */
+    /** Upstream response headers arrived, or the deadline for them passed. */
     headersTimed = false;
     /** The upstream response ended (`res.end()` called). */
     upstreamEnded = false;
     startedMs = 0;
     /** When the request got an upstream connection (`onRequestStart`); 0 while queued. */
     connectedMs = 0;
+    /** When the upstream had the whole request: its body sent, or its connection taken if it has none. */
+    sentMs = 0;
     /** `upstream.headersTimeoutMs` when the request was forwarded (0: no deadline). */
     headersTimeoutMs = 0;
     /** The headers deadline, while it runs. */
@@ -417,8 +419,10 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     headersTimedOut(): void {
       this.deadline = undefined;
       if (this.outcome !== undefined || this.headersTimed) return;
-      this.recordHeadersWait();
       const queued = this.controller === undefined;
+      // Time queued is the pool's, not the upstream's: not a headers wait.
+      if (queued) this.headersTimed = true;
+      else this.recordHeadersWait();
       const failure: UpstreamFailure = queued
         ? {
             status: 504,
@@ -445,6 +449,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
     /** The request body was sent whole: the wait for headers resumes with what is left of the deadline. */
     bodySent(): void {
+      this.sentMs = performance.now();
       if (this.outcome !== undefined || this.headersTimed || this.headersTimeoutMs === 0) return;
       const leftMs = this.headersTimeoutMs - (this.connectedMs - this.startedMs);
       this.deadline = setTimeout(headersDeadline, Math.max(1, leftMs), this);
@@ -481,9 +486,17 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (this.body !== null && !req.complete) lingeringClose(req, this.rules.rules.server.bodyTimeoutMs);
     }
 
+    /**
+     * `spillway_proxy_upstream_headers_seconds`: how long the upstream took to answer, from the
+     * whole request sent (the connection taken, when it answers before the body is all sent) to
+     * its headers or its deadline. Neither time queued for a connection nor the client's upload
+     * pace counts, and a request that fails otherwise (client gone, body timeout, upstream
+     * error) records nothing.
+     */
     recordHeadersWait(): void {
       this.headersTimed = true;
-      metrics.upstreamHeadersSeconds((performance.now() - this.startedMs) / 1000);
+      const fromMs = this.sentMs === 0 ? this.connectedMs : this.sentMs;
+      metrics.upstreamHeadersSeconds((performance.now() - fromMs) / 1000);
     }
 
     /** Deciding or forwarding threw: a 500, or a cut response once headers are out. */
@@ -528,7 +541,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         return;
       }
       this.connectedMs = performance.now();
-      if (this.body !== null) clearTimeout(this.deadline);
+      if (this.body === null) this.sentMs = this.connectedMs;
+      else clearTimeout(this.deadline);
     }
 
     onResponseStart(
@@ -594,7 +608,6 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     onResponseError(_controller: Dispatcher.DispatchController | undefined, error: Error): void {
-      if (!this.headersTimed) this.recordHeadersWait();
       if (this.outcome !== undefined) return;
       const res = this.res;
       if (this.clientGone || res.destroyed || this.req.destroyed) {
