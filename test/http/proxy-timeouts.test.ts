@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { type ClientRequest, type IncomingMessage, request, type ServerResponse } from 'node:http';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import { until } from '../helpers/until.js';
 import { metricValue, ProxyFixtures, type SimpleResponse, send, type TestProxy } from './proxy-harness.js';
@@ -205,6 +205,13 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
       },
       '\n  connections: 2\n  headersTimeoutMs: 500',
     );
+    // Upstream connections closed before carrying any request.
+    let closedUnused = 0;
+    upstream.server.on('connection', (socket: Socket) => {
+      socket.on('close', () => {
+        if (!upstream.seen.some((req) => req.socket === socket)) closedUnused++;
+      });
+    });
     const uploads = [trickle(`${proxy.base}/upload`), trickle(`${proxy.base}/upload`)];
     await until('both uploads hold a connection', () => upstream.seen.length === 2);
     const startedMs = performance.now();
@@ -226,6 +233,9 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
       upstream.seen.map((r) => r.url),
       ['/upload', '/upload', '/after'],
     );
+    // It waited in the proxy's queue, not undici's: dropped there, it cost no connection (undici
+    // would abort it on the connection that took it, destroying that connection).
+    assert.equal(closedUnused, 0, 'upstream connections closed without carrying a request');
     // Only '/after' got headers from the upstream: neither the queue timeout nor the aborted
     // uploads are upstream waits.
     assert.equal((await headersWaits(proxy)).count, 1);

@@ -170,6 +170,15 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     bodyTimeout: upstreamConfig.bodyTimeoutMs,
     keepAliveTimeout: 4_000,
   });
+  /**
+   * Requests handed to the pool and not yet finished there: at most `upstream.connections`, so
+   * undici never queues one. Requests past that wait in `waiting`, the proxy's own FIFO, which can
+   * drop one that timed out or whose client left without undici ever seeing it (undici cannot
+   * take a request out of its queue: it aborts it once a connection takes it, which destroys that
+   * connection).
+   */
+  let inPool = 0;
+  const waiting = new Fifo<Exchange>();
   let inFlight = 0;
   let draining = false;
   const tunnels = new Set<Tunnel>();
@@ -314,6 +323,23 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     return { allowed: rejectedBy.length === 0, visible, rejectedBy };
   }
 
+  /** The oldest waiting requests not yet answered, while the pool has room for them. */
+  function dispatchWaiting(): void {
+    while (inPool < upstreamConfig.connections) {
+      const next = waiting.shift();
+      if (next === undefined) return;
+      if (next.outcome !== undefined) continue;
+      // Its deadline is due, its timer not yet run (timers due together run one after another, and
+      // this runs between them): dispatched, it would be aborted as it gets its connection.
+      if (next.headersTimeoutMs > 0 && performance.now() - next.startedMs >= next.headersTimeoutMs - 1) {
+        clearTimeout(next.deadline);
+        next.headersTimedOut();
+        continue;
+      }
+      next.dispatch();
+    }
+  }
+
   /**
    * One request, from its arrival to its `close`. When it is forwarded, this is also the undici
    * dispatch handler of its upstream request: response headers go out with `writeHead`, each
@@ -322,8 +348,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * AbortController per request: the client leaving (`closed`) aborts through the controller.
    *
    * Waiting for the upstream is bounded by one deadline, `upstream.headersTimeoutMs`, from the
-   * dispatch: time queued in the pool for a connection counts (undici's own headers timeout starts
-   * only once the request is on a connection, so a saturated pool would hold requests for ever).
+   * forward: time waiting for a connection (in `waiting`) counts (undici's own headers timeout
+   * starts only once the request is on a connection, so a saturated pool would hold requests for
+   * ever).
    * It is suspended while the request body is sent, whose pace is the client's (bounded by
    * `server.bodyTimeoutMs` per pause, see `RequestBody`), and resumes with what is left of it once
    * the body is sent. One timer per forwarded request, set and cleared: a fraction of a
@@ -331,6 +358,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    */
   class Exchange implements Dispatcher.DispatchHandler, BodyOwner {
     target = '';
+    headers: Record<string, string | string[]> = NO_HEADERS;
+    /** Handed to the pool and not yet finished there (counted in `inPool`). */
+    inPool = false;
     limitHeaders: Record<string, string> = NO_HEADERS;
     /** Set once forwarded: the outcome counted for it (at most once). */
     forwarded = false;
@@ -401,18 +431,43 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.startedMs = performance.now();
       this.headersTimeoutMs = upstream.headersTimeoutMs;
       if (this.headersTimeoutMs > 0) this.deadline = setTimeout(headersDeadline, this.headersTimeoutMs, this);
-      pool.dispatch(
-        {
-          path: this.target,
-          method: req.method as Dispatcher.HttpMethod,
-          headers,
-          // Dispatcher.md lists async iterables among request bodies; the type declarations do not.
-          body: this.body as unknown as Dispatcher.DispatchOptions['body'],
-          headersTimeout: upstream.headersTimeoutMs,
-          bodyTimeout: upstream.bodyTimeoutMs,
-        },
-        this,
-      );
+      this.headers = headers;
+      if (inPool < upstreamConfig.connections) this.dispatch();
+      else waiting.push(this);
+    }
+
+    /** To the pool, which has a connection free for it (or is opening one). */
+    dispatch(): void {
+      inPool++;
+      this.inPool = true;
+      try {
+        pool.dispatch(
+          {
+            path: this.target,
+            method: this.req.method as Dispatcher.HttpMethod,
+            headers: this.headers,
+            // Dispatcher.md lists async iterables among request bodies; the type declarations do not.
+            body: this.body as unknown as Dispatcher.DispatchOptions['body'],
+            headersTimeout: this.headersTimeoutMs,
+            bodyTimeout: upstream.bodyTimeoutMs,
+          },
+          this,
+        );
+      } catch (error) {
+        // undici reports failures through onResponseError; a throw here is a bug: a 500, not a crash.
+        this.leftPool();
+        this.settle('upstream_error');
+        this.failed(error);
+      }
+    }
+
+    /** undici is done with the request (ended, failed or aborted): its connection takes the next one waiting. */
+    leftPool(): void {
+      if (!this.inPool) return;
+      this.inPool = false;
+      inPool--;
+      // After undici has marked the connection free, so the next request is not queued behind it.
+      if (waiting.length > 0) queueMicrotask(dispatchWaiting);
     }
 
     /** The headers deadline passed: 504, whether the request is still queued or on a connection. */
@@ -435,8 +490,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
             message: `upstream sent no response headers within ${this.headersTimeoutMs} ms`,
           };
       this.settle(failure.outcome);
-      // Still queued: undici has no way to take it out of the queue; it is dropped in
-      // onRequestStart, before anything is written, once a connection takes it.
+      // Still in `waiting`: skipped there. Handed to the pool but not yet on a connection (one being
+      // opened): dropped in onRequestStart, before anything is written, at the cost of that connection.
       this.controller?.abort(new ExchangeAbortError(failure.message));
       this.closeAfterResponse();
       sendJson(
@@ -528,7 +583,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       }
       this.clientGone = true;
       if (!this.forwarded) return;
-      // Not yet on a connection (queued in the pool): aborted in onRequestStart when it gets one.
+      // Not yet on a connection: skipped in `waiting`, or aborted in onRequestStart when it gets one.
       if (!this.upstreamEnded) this.controller?.abort(new ExchangeAbortError(CLIENT_GONE));
       this.settle('client_abort');
     }
@@ -603,11 +658,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     onResponseEnd(): void {
+      this.leftPool();
       this.upstreamEnded = true;
       if (this.outcome === undefined) this.res.end();
     }
 
     onResponseError(_controller: Dispatcher.DispatchController | undefined, error: Error): void {
+      this.leftPool();
       if (this.outcome !== undefined) return;
       const res = this.res;
       if (this.clientGone || res.destroyed || this.req.destroyed) {
@@ -987,6 +1044,37 @@ class ExchangeAbortError extends Error {
 
 function headersDeadline(exchange: { headersTimedOut(): void }): void {
   exchange.headersTimedOut();
+}
+
+/**
+ * A FIFO read from a moving head, compacted once the consumed part is most of it: no allocation
+ * per push or shift while the array has room.
+ */
+class Fifo<T> {
+  private items: (T | undefined)[] = [];
+  private head = 0;
+
+  get length(): number {
+    return this.items.length - this.head;
+  }
+
+  push(item: T): void {
+    this.items.push(item);
+  }
+
+  shift(): T | undefined {
+    if (this.head === this.items.length) return undefined;
+    const item = this.items[this.head];
+    this.items[this.head++] = undefined;
+    if (this.head === this.items.length) {
+      this.items.length = 0;
+      this.head = 0;
+    } else if (this.head >= 1024 && this.head * 2 >= this.items.length) {
+      this.items = this.items.slice(this.head);
+      this.head = 0;
+    }
+    return item;
+  }
 }
 
 /** What a `RequestBody` reports to. */
