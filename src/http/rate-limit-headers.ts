@@ -93,9 +93,11 @@ export function rateLimitHeaders(
     const { policy, decision } = decisions[i]!;
     const text = policyText(policy);
     policyField = i === 0 ? text.member : `${policyField}, ${text.member}`;
-    let resetMs = Math.max(0, decision.resetAtMs - nowMs);
+    // `|| 0`: a NaN (a broken custom limiter) counts as 0; Math.max alone would pass it on.
+    const untilResetMs = decision.resetAtMs - nowMs;
+    let resetMs = Math.max(0, untilResetMs || 0);
     if (!decision.allowed) {
-      const waitMs = Math.max(0, decision.retryAfterMs);
+      const waitMs = Math.max(0, decision.retryAfterMs || 0);
       retryAfterMs = Math.max(retryAfterMs, waitMs);
       resetMs = Math.max(resetMs, retryAfterSeconds(waitMs) * 1000);
     } else if (decision.limit === 0) {

@@ -28,12 +28,15 @@ export interface RateLimitMiddlewareOptions<Req, Res> {
    * The limiter key of a request. Default: the client address (see `trustedProxies`,
    * `ipv6PrefixLength`). A throw, a non-string or an empty string falls back to the client
    * address and is counted in `stats.keyFallbacks`; so is a key the limiter refuses as invalid
-   * (too long).
+   * (too long), and so is a promise (an async function): the key is needed synchronously, so a
+   * promise is never awaited, and its rejection is caught.
    */
   key?: (req: Req) => string;
   /**
-   * Units this request costs. Default 1. A throw, or anything but a finite number >= 0, falls back
-   * to 1 and is counted in `stats.costFallbacks`.
+   * Units this request costs. Default 1. A throw, or anything but a finite number >= 0 (a promise
+   * included, its rejection caught), falls back to 1 and is counted in `stats.costFallbacks`. A
+   * cost larger than the limiter can ever grant (above its capacity) is rejected with 429 and a
+   * `Retry-After` of the policy's window.
    */
   cost?: (req: Req) => number;
   /** Proxies whose X-Forwarded-For is believed (CIDRs, addresses, `loopback`, `private`, `linklocal`). Default none. */
@@ -50,16 +53,24 @@ export interface RateLimitMiddlewareOptions<Req, Res> {
   /**
    * Called on a rejection after the status (429) and headers are set. If it ends the response
    * itself (a custom body), the default JSON body is not sent. A throw is counted in
-   * `stats.hookErrors` and the default body is sent.
+   * `stats.hookErrors` and the default body is sent. If it returns a promise (an async function),
+   * the middleware waits for it to settle before deciding: the default body is sent only if the
+   * response is still not ended then; a rejection is counted in `stats.hookErrors`.
    */
   onLimited?: (req: Req, res: Res, decision: Decision) => void;
   /** Send `RateLimit-Policy` and `RateLimit`. Default true. `Retry-After` is sent with every 429 regardless. */
   headers?: boolean;
-  /** `true` lets the request through without a decision (health checks...). A throw counts in `stats.hookErrors` and the request is decided. */
+  /**
+   * `true` lets the request through without a decision (health checks...). A throw counts in
+   * `stats.hookErrors` and the request is decided; so does a promise (an async function), which is
+   * never awaited (its rejection is caught).
+   */
   skip?: (req: Req) => boolean;
   /**
-   * A limiter call that threw (bad input the fallbacks could not repair, a broken custom limiter).
-   * The request is admitted either way (fail open) and counted in `stats.limiterErrors`.
+   * A limiter call that threw or gave something that is not a decision (a broken custom limiter),
+   * bad input the fallbacks could not repair, or (see `stats.hookErrors`) a response the middleware
+   * could not write. A limiter failure is admitted (fail open) and counted in `stats.limiterErrors`.
+   * A throw or a rejected promise from this hook is counted in `stats.hookErrors`.
    */
   onError?: (error: unknown, req: Req) => void;
   /** Force the limiter's kind instead of detecting it (a custom synchronous limiter). See `toEdgeLimiter`. */
@@ -90,9 +101,13 @@ export interface RateLimitStats {
   readonly keyFallbacks: number;
   /** The cost function threw or returned an invalid cost: cost 1 used. */
   readonly costFallbacks: number;
-  /** The limiter threw after the fallbacks; the request was admitted. */
+  /** The limiter threw after the fallbacks, or returned no decision; the request was admitted. */
   readonly limiterErrors: number;
-  /** `skip`, `onLimited` or `onError` threw, or (async limiters) the framework's continuation threw after the decision. */
+  /**
+   * `skip`, `onLimited` or `onError` threw or rejected, `skip` returned a promise, the rate limit
+   * fields could not be written (the app had already sent the headers; the request is still
+   * admitted), or (async limiters) the framework's continuation threw after the decision.
+   */
   readonly hookErrors: number;
 }
 
@@ -111,8 +126,12 @@ export interface FrameworkAdapter<Req, Res> {
   sendJson(res: Res, body: string): void;
 }
 
-/** Runs one request through the limiter; `next` continues the chain when the request is admitted. */
-export type RateLimitRun<Req, Res> = (req: Req, res: Res, next: () => void) => void;
+/**
+ * Runs one request through the limiter; `next` continues the chain when the request is admitted.
+ * `next(error)` hands the framework an error the middleware could not answer itself (async
+ * limiters: a rejection whose 429 could not be written).
+ */
+export type RateLimitRun<Req, Res> = (req: Req, res: Res, next: (error?: Error) => void) => void;
 
 export interface RateLimitMiddleware<Req, Res> {
   run: RateLimitRun<Req, Res>;
@@ -194,6 +213,7 @@ export function createRateLimitMiddleware<Req, Res>(
       key = undefined;
     }
     if (typeof key === 'string' && key.length > 0) return key;
+    if (isThenable(key)) key.then(undefined, ignoreRejection);
     stats.keyFallbacks++;
     return clientAddress(req);
   }
@@ -207,17 +227,38 @@ export function createRateLimitMiddleware<Req, Res>(
       cost = undefined;
     }
     if (typeof cost === 'number' && cost >= 0 && cost < Number.POSITIVE_INFINITY) return cost;
+    if (isThenable(cost)) cost.then(undefined, ignoreRejection);
     stats.costFallbacks++;
     return 1;
   }
 
+  const countHookError = (): void => {
+    stats.hookErrors++;
+  };
+
   function reportError(error: unknown, req: Req): void {
     if (onError === undefined) return;
+    let result: unknown;
     try {
-      onError(error, req);
+      result = onError(error, req);
     } catch {
       stats.hookErrors++;
+      return;
     }
+    if (isThenable(result)) result.then(undefined, countHookError);
+  }
+
+  /**
+   * A limiter call that threw. A cost above what the limiter can ever grant (`InvalidCost`: the
+   * middleware passes only finite costs >= 0, so the limiter refused its size) is a rejection, not
+   * a failure: admitting it would let any request past the limit by asking for more than it holds.
+   */
+  function limiterThrew(error: unknown, req: Req, res: Res, next: () => void): void {
+    if (isSpillwayError(error, ErrorCode.InvalidCost)) {
+      finish(costExceeded(), req, res, next);
+      return;
+    }
+    limiterFailed(error, req, next);
   }
 
   function limiterFailed(error: unknown, req: Req, next: () => void): void {
@@ -225,6 +266,18 @@ export function createRateLimitMiddleware<Req, Res>(
     stats.admitted++;
     reportError(error, req);
     next();
+  }
+
+  const windowMs = policy.windowSec * 1000;
+  /** The rejection of a cost the limiter can never grant: come back after a policy window. */
+  function costExceeded(): Decision {
+    return {
+      allowed: false,
+      limit: policy.limit,
+      remaining: 0,
+      resetAtMs: clock.nowMs() + windowMs,
+      retryAfterMs: windowMs,
+    };
   }
 
   /** A user key the limiter refused (too long for it): the client address is always acceptable. */
@@ -237,6 +290,16 @@ export function createRateLimitMiddleware<Req, Res>(
   }
 
   function finish(decision: Decision, req: Req, res: Res, next: () => void): void {
+    if (!isDecision(decision)) {
+      limiterFailed(
+        new SpillwayError(ErrorCode.InvalidOption, 'the limiter returned something that is not a decision', {
+          field: 'limiter',
+        }),
+        req,
+        next,
+      );
+      return;
+    }
     const reason = decision.reason;
     if (reason !== undefined) {
       if (reason === 'fail-open') stats.failOpen++;
@@ -248,7 +311,16 @@ export function createRateLimitMiddleware<Req, Res>(
       stats.admitted++;
       // A fail-open decision carries no real count (remaining 0, reset now): no fields rather than
       // telling clients to back off while admitting them (the proxy does the same).
-      if (headers && !shadow && reason !== 'fail-open') writeHeaders(res, decision);
+      if (headers && !shadow && reason !== 'fail-open') {
+        // Headers the app already sent (res.flushHeaders()) cannot take the fields: the request
+        // is admitted all the same, the failure counted and reported.
+        try {
+          writeHeaders(res, decision);
+        } catch (error) {
+          stats.hookErrors++;
+          reportError(error, req);
+        }
+      }
       next();
       return;
     }
@@ -292,24 +364,54 @@ export function createRateLimitMiddleware<Req, Res>(
     adapter.setHeader(res, 'Retry-After', String(retryAfterSec));
     adapter.setHeader(res, 'Cache-Control', RATE_LIMITED_CACHE_CONTROL);
     if (onLimited !== undefined) {
+      let result: unknown;
       try {
-        onLimited(req, res, decision);
+        result = onLimited(req, res, decision);
       } catch {
         stats.hookErrors++;
+      }
+      if (isThenable(result)) {
+        // An async hook (`await log(); res.status(429).json(...)`) answers later: wait for it,
+        // then send the default body only if it did not.
+        result.then(
+          () => sendDefaultLater(res, retryAfterSec),
+          () => {
+            stats.hookErrors++;
+            sendDefaultLater(res, retryAfterSec);
+          },
+        );
+        return;
       }
       if (adapter.ended(res)) return;
     }
     adapter.sendJson(res, rateLimitedJson(policyNames, retryAfterSec));
   }
 
+  /** The default 429 body after an async `onLimited` settled; never throws (it runs in a promise reaction). */
+  function sendDefaultLater(res: Res, retryAfterSec: number): void {
+    try {
+      if (!adapter.ended(res)) adapter.sendJson(res, rateLimitedJson(policyNames, retryAfterSec));
+    } catch {
+      stats.hookErrors++;
+    }
+  }
+
   function shouldSkip(req: Req): boolean {
     if (skip === undefined) return false;
+    let result: unknown;
     try {
-      return skip(req) === true;
+      result = skip(req);
     } catch {
       stats.hookErrors++;
       return false;
     }
+    if (result === true) return true;
+    if (isThenable(result)) {
+      // A promise cannot be awaited without making every decision async: treated as a throw.
+      stats.hookErrors++;
+      result.then(undefined, ignoreRejection);
+    }
+    return false;
   }
 
   let run: RateLimitRun<Req, Res>;
@@ -331,13 +433,13 @@ export function createRateLimitMiddleware<Req, Res>(
       } catch (error) {
         const fallback = refusedUserKey(error, key, req);
         if (fallback === undefined) {
-          limiterFailed(error, req, next);
+          limiterThrew(error, req, res, next);
           return;
         }
         try {
           decision = limit(fallback, cost);
         } catch (retryError) {
-          limiterFailed(retryError, req, next);
+          limiterThrew(retryError, req, res, next);
           return;
         }
       }
@@ -354,28 +456,45 @@ export function createRateLimitMiddleware<Req, Res>(
       }
       const key = requestKey(req);
       const cost = requestCost(req);
-      // Whatever throws after the decision (the framework's continuation included) is counted and
-      // passed to onError, never left as an unhandled rejection that would take the process down.
-      const continuationFailed = (error: unknown) => {
+      // Whether the framework's continuation was called: a throw after it is the framework's (or
+      // the app's), a throw before it is the middleware's own (a 429 it could not write), and the
+      // request must still be answered.
+      let continued = false;
+      const proceed = (): void => {
+        continued = true;
+        next();
+      };
+      // Whatever throws after the decision is counted once and passed to onError, never left as an
+      // unhandled rejection that would take the process down; a throw before the continuation hands
+      // the error to it (`next(error)`: the framework's error response) rather than leave the
+      // request hanging.
+      const failed = (error: unknown): void => {
         stats.hookErrors++;
         reportError(error, req);
+        if (continued || adapter.ended(res)) return;
+        continued = true;
+        try {
+          next(error instanceof Error ? error : new Error(String(error)));
+        } catch {
+          // Counted above; the framework's error path failing too must not escape either.
+        }
       };
       limit(key, cost)
         .then(
-          (decision) => finish(decision, req, res, next),
+          (decision) => finish(decision, req, res, proceed),
           (error: unknown) => {
             const fallback = refusedUserKey(error, key, req);
             if (fallback === undefined) {
-              limiterFailed(error, req, next);
+              limiterThrew(error, req, res, proceed);
               return;
             }
             return limit(fallback, cost).then(
-              (decision) => finish(decision, req, res, next),
-              (retryError: unknown) => limiterFailed(retryError, req, next),
+              (decision) => finish(decision, req, res, proceed),
+              (retryError: unknown) => limiterThrew(retryError, req, res, proceed),
             );
           },
         )
-        .catch(continuationFailed);
+        .catch(failed);
     };
   }
 
@@ -396,13 +515,17 @@ export function createRateLimitField(
   let lastResetSec = Number.NaN;
   let lastField = '';
   return (decision, nowMs) => {
-    let resetMs = Math.max(0, decision.resetAtMs - nowMs);
+    // `|| 0`: a NaN reset counts as 0 (Math.max alone would pass it on), so a rejection's t is
+    // still at least its Retry-After.
+    const untilResetMs = decision.resetAtMs - nowMs;
+    let resetMs = Math.max(0, untilResetMs || 0);
     let remaining = 0;
     if (!decision.allowed) {
-      resetMs = Math.max(resetMs, retryAfterSeconds(Math.max(0, decision.retryAfterMs)) * 1000);
+      resetMs = Math.max(resetMs, retryAfterSeconds(decision.retryAfterMs) * 1000);
     } else {
       if (decision.limit === 0) return undefined;
-      remaining = Math.floor(Math.min(Math.max(0, decision.remaining), policy.limit));
+      const left = decision.remaining;
+      remaining = Math.floor(Math.min(Math.max(0, left || 0), policy.limit));
     }
     // The same rounding as the shared formatter: remaining down, reset up (float noise forgiven).
     const resetSec = Math.ceil(resetMs / 1000 - 1e-9);
@@ -432,8 +555,11 @@ function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
   if (typeof policy !== 'object' || policy === null) {
     throw invalidOption('policy', 'policy must be { name, limit, windowSec }');
   }
-  if (typeof policy.name !== 'string' || policy.name.length === 0) {
-    throw invalidOption('policy', 'policy.name must be a non-empty string');
+  if (typeof policy.name !== 'string' || !POLICY_NAME.test(policy.name)) {
+    throw invalidOption(
+      'policy.name',
+      `policy.name must be letters, digits, ".", "_", ":" or "-", starting with a letter or digit (the proxy's bucket names), got ${JSON.stringify(policy.name)}`,
+    );
   }
   for (const field of ['limit', 'windowSec'] as const) {
     const value = policy[field];
@@ -443,6 +569,36 @@ function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
   }
   return { name: policy.name, limit: policy.limit, windowSec: policy.windowSec };
 }
+
+/**
+ * The proxy's bucket name rule (src/http/rules/proxy-rules.ts): printable ASCII only, so the name
+ * in the structured fields is the name in the 429 body.
+ */
+const POLICY_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]*$/;
+
+/** What a limiter must return to be believed: `allowed` a boolean, and the numbers the fields read. */
+function isDecision(value: unknown): value is Decision {
+  if (typeof value !== 'object' || value === null) return false;
+  const decision = value as Decision;
+  return (
+    typeof decision.allowed === 'boolean' &&
+    typeof decision.limit === 'number' &&
+    typeof decision.remaining === 'number' &&
+    typeof decision.resetAtMs === 'number' &&
+    typeof decision.retryAfterMs === 'number'
+  );
+}
+
+/** Whether a hook returned a promise (an async function). */
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    ((typeof value === 'object' && value !== null) || typeof value === 'function') &&
+    typeof (value as PromiseLike<unknown>).then === 'function'
+  );
+}
+
+/** The rejection of a promise whose failure is already counted (a key, cost or skip that returned one). */
+function ignoreRejection(): void {}
 
 function optionalFunction<F>(field: string, value: F | undefined): F | undefined {
   if (value !== undefined && typeof value !== 'function')

@@ -45,4 +45,18 @@ describe('createRateLimitField', () => {
       { numRuns: 2000 },
     );
   });
+
+  it('a rejection with a NaN reset or retry still says t of at least Retry-After, and a NaN remaining is 0', () => {
+    const policy = { name: 'api', limit: 10, windowSec: 60 };
+    const field = createRateLimitField(policy);
+    const nan = Number.NaN;
+    const rejected: Decision = { allowed: false, limit: 10, remaining: 0, resetAtMs: nan, retryAfterMs: 2500 };
+    assert.equal(field(rejected, 1000), '"api";r=0;t=3');
+    assert.equal(rateLimitHeaders([{ policy, decision: rejected }], 1000).RateLimit, '"api";r=0;t=3');
+    const noRetry: Decision = { ...rejected, retryAfterMs: nan };
+    assert.equal(field(noRetry, 1000), '"api";r=0;t=1');
+    assert.equal(rateLimitHeaders([{ policy, decision: noRetry }], 1000)['Retry-After'], '1');
+    const admitted: Decision = { allowed: true, limit: 10, remaining: nan, resetAtMs: nan, retryAfterMs: 0 };
+    assert.equal(field(admitted, 1000), '"api";r=0;t=0');
+  });
 });

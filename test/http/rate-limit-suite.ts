@@ -496,6 +496,205 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
     });
   });
 
+  describe(`${framework.name}: async hooks, broken limiters and oversized costs`, () => {
+    /** A rejection with every number in place, from a custom limiter. */
+    const denial = (over: Partial<Decision> = {}): Decision => ({
+      allowed: false,
+      limit: 3,
+      remaining: 0,
+      resetAtMs: Date.now() + 3000,
+      retryAfterMs: 3000,
+      ...over,
+    });
+    /** The same limiter called synchronously and through a promise: both middleware paths. */
+    const bothKinds = (
+      limit: (key: string, cost?: number) => Decision,
+    ): [string, Pick<SuiteOptions<Res>, 'limiter' | 'limiterKind'>][] => [
+      ['sync', { limiter: { limit }, limiterKind: 'sync' }],
+      [
+        'async',
+        { limiter: { limit: async (key: string, cost?: number) => limit(key, cost) }, limiterKind: 'async' },
+      ],
+    ];
+    const until = async (condition: () => boolean): Promise<void> => {
+      while (!condition()) await new Promise((resolve) => setImmediate(resolve));
+    };
+
+    for (const [kind, limiter] of bothKinds(() => denial())) {
+      it(`${kind}: an async onLimited is awaited: its own response is sent, a rejected one gets the default 429`, {
+        timeout: 10_000,
+      }, async () => {
+        const server = await serve({
+          ...limiter,
+          policy,
+          onLimited: async (req, res) => {
+            await new Promise((resolve) => setTimeout(resolve, 5));
+            if (req.headers['x-hook'] === 'reject') throw new Error('log failed');
+            framework.endCustom(res, 'custom');
+          },
+        });
+        const custom = await get(server.url);
+        assert.equal(custom.status, 418);
+        assert.equal(custom.body, 'custom');
+        assert.equal(custom.headers['retry-after'], '3');
+        const failed = await get(server.url, '/', { 'x-hook': 'reject' });
+        assert.equal(failed.status, 429);
+        assert.deepEqual(JSON.parse(failed.body), apiLimited(3));
+        await until(() => server.stats.hookErrors === 1);
+        assert.equal(server.stats.limited, 2);
+      });
+    }
+
+    it('async key, cost, skip and onError: never awaited or crashing; the documented fallbacks, counted', {
+      timeout: 10_000,
+    }, async () => {
+      const { clock, limiter } = localBucket();
+      let onErrorCalls = 0;
+      const server = await serve({
+        limiter: {
+          limit(key, cost) {
+            if (key === 'tenant:broken') throw new Error('broken limiter');
+            return limiter.limit(key, cost);
+          },
+        },
+        limiterKind: 'sync',
+        policy,
+        clock,
+        key: ((req: SuiteRequest) => {
+          if (req.headers['x-key'] === 'async') return Promise.reject(new Error('lookup failed'));
+          return req.headers['x-key'] === 'broken' ? 'tenant:broken' : '127.0.0.1';
+        }) as (req: SuiteRequest) => string,
+        cost: (() => Promise.reject(new Error('cost lookup failed'))) as unknown as () => number,
+        skip: (() => Promise.reject(new Error('skip lookup failed'))) as unknown as () => boolean,
+        onError: async () => {
+          onErrorCalls++;
+          throw new Error('reporting failed');
+        },
+      });
+      const asyncKey = await get(server.url, '/', { 'x-key': 'async' });
+      assert.equal(asyncKey.status, 200);
+      assert.equal(asyncKey.headers.ratelimit, '"api";r=2;t=1', 'keyed by the client address, cost 1');
+      assert.equal((await get(server.url, '/', { 'x-key': 'broken' })).status, 200);
+      await until(() => server.stats.hookErrors === 3);
+      assert.equal(onErrorCalls, 1);
+      assert.equal(server.stats.keyFallbacks, 1);
+      assert.equal(server.stats.costFallbacks, 2);
+      assert.equal(server.stats.skipped, 0, 'a promise from skip is not true: the requests were decided');
+      assert.equal(server.stats.limiterErrors, 1);
+    });
+
+    for (const [kind, limiter] of bothKinds(() => undefined as unknown as Decision)) {
+      it(`${kind}: a limiter that returns no decision is admitted and counted, never a hang or a 500`, {
+        timeout: 10_000,
+      }, async () => {
+        const errors: unknown[] = [];
+        const server = await serve({ ...limiter, policy, onError: (error) => errors.push(error) });
+        const reply = await get(server.url);
+        assert.equal(reply.status, 200);
+        assert.deepEqual(rateLimitFields(reply), {});
+        assert.equal(server.stats.limiterErrors, 1);
+        assert.equal(server.stats.admitted, 1);
+        assert.equal((errors[0] as { code?: string }).code, 'ERR_SPILLWAY_INVALID_OPTION');
+      });
+    }
+
+    for (const [kind, limiter] of bothKinds((_key, cost) =>
+      (cost ?? 1) > 1 ? { ...denial(), allowed: true, remaining: 2 } : denial(),
+    )) {
+      it(`${kind}: fields that cannot be written do not stop an admitted request; a 429 that cannot be written is the framework's error, not a hang`, {
+        timeout: 10_000,
+      }, async () => {
+        const server = await serve({
+          ...limiter,
+          policy,
+          cost: (req) => Number(req.headers['x-cost'] ?? 1),
+          clock: {
+            nowMs() {
+              throw new Error('clock broken');
+            },
+          },
+        });
+        const admitted = await get(server.url, '/', { 'x-cost': '2' });
+        assert.equal(admitted.status, 200);
+        assert.equal(admitted.headers.ratelimit, undefined);
+        assert.equal(server.stats.hookErrors, 1);
+        // The framework's error response (Express keeps the 429 already set, Fastify answers 500).
+        const rejected = await get(server.url);
+        assert.ok(rejected.status === 429 || rejected.status === 500, String(rejected.status));
+        assert.equal(server.stats.limited, 1);
+        // Sync: the throw reaches the framework directly; async: counted, then next(error).
+        assert.equal(server.stats.hookErrors, kind === 'sync' ? 1 : 2);
+      });
+    }
+
+    for (const [kind, limiterOf] of [
+      ['sync', (inner: SyncLimiter) => ({ limiter: inner, limiterKind: 'sync' as const })],
+      [
+        'async',
+        (inner: SyncLimiter) => ({
+          limiter: { limit: async (key: string, cost?: number) => inner.limit(key, cost) },
+          limiterKind: 'async' as const,
+        }),
+      ],
+    ] as const) {
+      it(`${kind}: a cost above the limiter's capacity is a 429 with the policy window as Retry-After, not a bypass`, {
+        timeout: 10_000,
+      }, async () => {
+        const { clock, limiter } = localBucket();
+        const server = await serve({
+          ...limiterOf(limiter),
+          policy,
+          clock,
+          cost: (req) => Number(req.headers['x-cost']),
+        });
+        for (let i = 0; i < 3; i++) {
+          const reply = await get(server.url, '/', { 'x-cost': '4' });
+          assert.equal(reply.status, 429);
+          assert.deepEqual(rateLimitFields(reply), {
+            'ratelimit-policy': '"api";q=3;w=3',
+            ratelimit: '"api";r=0;t=3',
+            'retry-after': '3',
+          });
+          assert.deepEqual(JSON.parse(reply.body), apiLimited(3));
+        }
+        assert.equal(server.stats.limited, 3);
+        assert.equal(server.stats.limiterErrors, 0);
+        assert.equal(
+          (await get(server.url, '/', { 'x-cost': '-1' })).status,
+          200,
+          'negative: cost 1, as before',
+        );
+        assert.equal(server.stats.costFallbacks, 1);
+        const atCapacity = await get(server.url, '/', { 'x-cost': '3' });
+        assert.equal(atCapacity.status, 429);
+        assert.equal(atCapacity.headers['retry-after'], '1', 'a cost it can grant later: the ordinary wait');
+      });
+    }
+
+    it('a rejection whose reset is NaN still says t of at least Retry-After', async () => {
+      const server = await serve({
+        limiter: { limit: () => denial({ resetAtMs: Number.NaN, retryAfterMs: Number.NaN }) },
+        limiterKind: 'sync',
+        policy,
+      });
+      const reply = await get(server.url);
+      assert.equal(reply.status, 429);
+      assert.equal(reply.headers['retry-after'], '1');
+      assert.equal(reply.headers.ratelimit, '"api";r=0;t=1');
+    });
+
+    it('a policy name outside the proxy bucket-name rule is refused when the middleware is built', async () => {
+      for (const name of ['é', 'a b', 'a"b', '-api', 'api\n']) {
+        await assert.rejects(
+          async () => serve({ limiter: localBucket().limiter, policy: { name, limit: 3, windowSec: 3 } }),
+          (error: { code?: string; details?: { field?: string } }) =>
+            error.code === 'ERR_SPILLWAY_INVALID_OPTION' && error.details?.field === 'policy.name',
+          name,
+        );
+      }
+    });
+  });
+
   describe(`${framework.name}: global limiter`, () => {
     it('fake directives: ratio 0 admits synchronously; ratio 1 rejects with the retry of one interval; shadow is invisible but counted', async () => {
       const h = harness({ intervalMs: 1000 });

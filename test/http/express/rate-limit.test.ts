@@ -192,6 +192,35 @@ describe('express: wiring', () => {
     }
   });
 
+  it('headers the app already flushed: an async decision still runs the handler (no hang), counted in hookErrors', {
+    timeout: 10_000,
+  }, async () => {
+    const limit = expressRateLimit({
+      limiter: createKeyedTokenBucket({ capacity: 5, refillPerSec: 1 }),
+      limiterKind: 'async',
+      policy: { name: 'api', limit: 5, windowSec: 5 },
+    });
+    const app = express();
+    app.use((_req, res, next) => {
+      res.flushHeaders();
+      next();
+    });
+    app.use(limit);
+    app.get('/', (_req, res) => {
+      res.end('handled');
+    });
+    const server = await listen(app);
+    try {
+      const reply = await get(server.url);
+      assert.equal(reply.status, 200);
+      assert.equal(reply.body, 'handled');
+      assert.equal(limit.stats.admitted, 1);
+      assert.equal(limit.stats.hookErrors, 1);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('rejects bad options with ERR_SPILLWAY_INVALID_OPTION', () => {
     const limiter = createKeyedTokenBucket({ capacity: 1, refillPerSec: 1 });
     const policy = { name: 'api', limit: 1, windowSec: 1 };
