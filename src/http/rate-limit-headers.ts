@@ -15,6 +15,13 @@ import type { Decision } from '../core/decision.js';
  * a non-negative integer on the wire: quota and remaining round down (a client is never told it
  * has more than it has), window and reset round up (never told it may retry sooner than it may).
  */
+/**
+ * What a policy (or proxy bucket) may be named: letters, digits, `.`, `_`, `:`, `-`, starting with
+ * a letter or digit. Printable ASCII only, so the name the structured fields carry is the name in
+ * the 429 body; the proxy's rules file and the middleware's options both enforce it.
+ */
+export const POLICY_NAME_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._:-]*$/;
+
 export interface RateLimitPolicy {
   /** The policy's name as clients see it, e.g. `payments`. Printable ASCII; other characters are dropped. */
   name: string;

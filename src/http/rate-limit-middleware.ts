@@ -8,6 +8,7 @@ import { type EdgeLimiter, toEdgeLimiter } from './limiter-adapter.js';
 import {
   formatRateLimit,
   formatRateLimitPolicy,
+  POLICY_NAME_PATTERN,
   type RateLimitPolicy,
   retryAfterSeconds,
 } from './rate-limit-headers.js';
@@ -555,7 +556,7 @@ function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
   if (typeof policy !== 'object' || policy === null) {
     throw invalidOption('policy', 'policy must be { name, limit, windowSec }');
   }
-  if (typeof policy.name !== 'string' || !POLICY_NAME.test(policy.name)) {
+  if (typeof policy.name !== 'string' || !POLICY_NAME_PATTERN.test(policy.name)) {
     throw invalidOption(
       'policy.name',
       `policy.name must be letters, digits, ".", "_", ":" or "-", starting with a letter or digit (the proxy's bucket names), got ${JSON.stringify(policy.name)}`,
@@ -569,12 +570,6 @@ function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
   }
   return { name: policy.name, limit: policy.limit, windowSec: policy.windowSec };
 }
-
-/**
- * The proxy's bucket name rule (src/http/rules/proxy-rules.ts): printable ASCII only, so the name
- * in the structured fields is the name in the 429 body.
- */
-const POLICY_NAME = /^[A-Za-z0-9][A-Za-z0-9._:-]*$/;
 
 /** What a limiter must return to be believed: `allowed` a boolean, and the numbers the fields read. */
 function isDecision(value: unknown): value is Decision {

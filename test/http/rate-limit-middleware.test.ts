@@ -50,7 +50,13 @@ describe('createRateLimitField', () => {
     const policy = { name: 'api', limit: 10, windowSec: 60 };
     const field = createRateLimitField(policy);
     const nan = Number.NaN;
-    const rejected: Decision = { allowed: false, limit: 10, remaining: 0, resetAtMs: nan, retryAfterMs: 2500 };
+    const rejected: Decision = {
+      allowed: false,
+      limit: 10,
+      remaining: 0,
+      resetAtMs: nan,
+      retryAfterMs: 2500,
+    };
     assert.equal(field(rejected, 1000), '"api";r=0;t=3');
     assert.equal(rateLimitHeaders([{ policy, decision: rejected }], 1000).RateLimit, '"api";r=0;t=3');
     const noRetry: Decision = { ...rejected, retryAfterMs: nan };

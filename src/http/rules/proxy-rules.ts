@@ -4,7 +4,7 @@ import { type LocatedIssue, parseLocatedYaml } from '../../config/located-yaml.j
 import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import type { ClientAddressOptions } from '../client-address.js';
 import { createClientAddressResolver } from '../client-address.js';
-import type { RateLimitPolicy } from '../rate-limit-headers.js';
+import { POLICY_NAME_PATTERN, type RateLimitPolicy } from '../rate-limit-headers.js';
 import { compileKeyTemplate, type KeyTemplate } from './key-template.js';
 import {
   compilePathPrefix,
@@ -160,11 +160,7 @@ const matchSchema = z.strictObject({
 
 const bucketSchema = z.strictObject({
   /** Policy name in RateLimit headers and metrics. */
-  name: z
-    .string()
-    .min(1)
-    .max(64)
-    .regex(/^[A-Za-z0-9][A-Za-z0-9._:-]*$/, 'must be letters, digits, ".", "_", ":" or "-"'),
+  name: z.string().min(1).max(64).regex(POLICY_NAME_PATTERN, 'must be letters, digits, ".", "_", ":" or "-"'),
   /** Bucket key template (key-template.ts); default: the name (one bucket for all matching requests). */
   key: z.string().min(1).max(256).optional(),
   limit: z.number().gt(0).max(1e12),
