@@ -19,6 +19,7 @@ export type { RateLimitEntry, RateLimitPolicy } from './rate-limit-headers.js';
 export {
   formatRateLimit,
   formatRateLimitPolicy,
+  POLICY_NAME_PATTERN,
   rateLimitHeaders,
   retryAfterSeconds,
 } from './rate-limit-headers.js';
