@@ -21,7 +21,9 @@ import {
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
+import { Fifo } from './fifo.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
+import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
 import {
   type DecisionResult,
@@ -30,6 +32,8 @@ import {
   type ProxyOutcome,
 } from './proxy-metrics.js';
 import { mergeRateLimitFields } from './rate-limit-merge.js';
+import { type BodyOwner, RequestBody } from './request-body.js';
+import { CLOSE_GRACE_MS, joinTunnel, type Tunnel } from './tunnel.js';
 
 export interface ProxyLogger {
   info(obj: object, msg: string): void;
@@ -902,71 +906,6 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   };
 }
 
-/** An upgraded client connection piped both ways to its upstream connection. */
-interface Tunnel {
-  /** Cut both sides now. */
-  destroy(): void;
-}
-
-/**
- * Pipes an upgraded client connection and its upstream connection both ways, as one tunnel that is
- * never half-open: when either side ends or closes, both are ended (what is queued is flushed,
- * then FIN) and destroyed once closed, or `CLOSE_GRACE_MS` later if a peer keeps its side open.
- * An error on either side destroys both at once. No bytes either way for `idleTimeoutMs` (0:
- * never) ends both. `onClosed` runs once, when both sides are closed.
- */
-function joinTunnel(client: Duplex, upstream: Duplex, idleTimeoutMs: number, onClosed: () => void): Tunnel {
-  let closing = false;
-  let open = 2;
-  let grace: NodeJS.Timeout | undefined;
-  const destroy = () => {
-    client.destroy();
-    upstream.destroy();
-  };
-  const idle = idleTimeoutMs > 0 ? setTimeout(() => end(), idleTimeoutMs) : undefined;
-  const end = () => {
-    if (closing) return;
-    closing = true;
-    clearTimeout(idle);
-    // Bytes arriving from now on are read and dropped rather than written to a side being ended,
-    // so each side still reads to its peer's FIN and closes without waiting out the grace.
-    upstream.unpipe(client);
-    client.unpipe(upstream);
-    client.resume();
-    upstream.resume();
-    client.end();
-    upstream.end();
-    grace = setTimeout(destroy, CLOSE_GRACE_MS);
-  };
-  const closed = () => {
-    end();
-    if (--open > 0) return;
-    clearTimeout(grace);
-    onClosed();
-  };
-  if (idle !== undefined) {
-    const active = () => {
-      if (!closing) idle.refresh();
-    };
-    client.on('data', active);
-    upstream.on('data', active);
-  }
-  client.on('end', end);
-  upstream.on('end', end);
-  client.on('error', destroy);
-  upstream.on('error', destroy);
-  for (const side of [client, upstream]) {
-    // A side that closed before it was joined emits no more 'close'.
-    if (side.closed) process.nextTick(closed);
-    else side.once('close', closed);
-  }
-  upstream.pipe(client);
-  client.pipe(upstream);
-  // A side that ended or closed before it was joined emits no more 'end': end the tunnel now.
-  if (client.readableEnded || upstream.readableEnded || client.destroyed || upstream.destroyed) end();
-  return { destroy };
-}
-
 function activate(rules: ProxyRules, backend: ProxyBackend): ActiveRules {
   const limiters = new Map<ProxyBucket, EdgeLimiter>();
   for (const bucket of rules.buckets) limiters.set(bucket, backend.limiterFor(bucket));
@@ -1046,155 +985,6 @@ function headersDeadline(exchange: { headersTimedOut(): void }): void {
   exchange.headersTimedOut();
 }
 
-/**
- * A FIFO read from a moving head, compacted once the consumed part is most of it: no allocation
- * per push or shift while the array has room.
- */
-class Fifo<T> {
-  private items: (T | undefined)[] = [];
-  private head = 0;
-
-  get length(): number {
-    return this.items.length - this.head;
-  }
-
-  push(item: T): void {
-    this.items.push(item);
-  }
-
-  shift(): T | undefined {
-    if (this.head === this.items.length) return undefined;
-    const item = this.items[this.head];
-    this.items[this.head++] = undefined;
-    if (this.head === this.items.length) {
-      this.items.length = 0;
-      this.head = 0;
-    } else if (this.head >= 1024 && this.head * 2 >= this.items.length) {
-      this.items = this.items.slice(this.head);
-      this.head = 0;
-    }
-    return item;
-  }
-}
-
-/** What a `RequestBody` reports to. */
-interface BodyOwner {
-  bodySent(): void;
-  bodyIdle(timeoutMs: number): void;
-}
-
-/**
- * A request body as undici reads it: chunk by chunk, each when the upstream socket has room.
- * Through an iterator that does not destroy `req` when undici stops reading (`return()`), so a
- * failed upstream still leaves the client connection able to carry the 502.
- *
- * The idle timer runs only while undici waits for the client's next chunk, not while the upstream
- * is slow to take the last one (then the proxy is not reading, and the client is not idle by
- * choice): a pause longer than `idleTimeoutMs` (0: none) is reported once. One timer per body,
- * refreshed per chunk.
- */
-class RequestBody implements AsyncIterableIterator<Buffer> {
-  private readonly chunks: AsyncIterableIterator<Buffer>;
-  private timer: NodeJS.Timeout | undefined = undefined;
-  private waiting = false;
-  private stopped = false;
-
-  constructor(
-    req: IncomingMessage,
-    private readonly owner: BodyOwner,
-    private readonly idleTimeoutMs: number,
-  ) {
-    this.chunks = req.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>;
-  }
-
-  [Symbol.asyncIterator](): this {
-    return this;
-  }
-
-  async next(): Promise<IteratorResult<Buffer>> {
-    if (this.idleTimeoutMs > 0 && !this.stopped) {
-      this.waiting = true;
-      if (this.timer === undefined) this.timer = setTimeout(bodyIdleFired, this.idleTimeoutMs, this);
-      else this.timer.refresh();
-    }
-    let result: IteratorResult<Buffer>;
-    try {
-      result = await this.chunks.next();
-    } finally {
-      this.waiting = false;
-    }
-    if (result.done) {
-      this.stop();
-      this.owner.bodySent();
-    }
-    return result;
-  }
-
-  return(): Promise<IteratorResult<Buffer>> {
-    this.stop();
-    return this.chunks.return?.() ?? Promise.resolve({ done: true, value: undefined });
-  }
-
-  /** The timer fired: idle only if undici has been waiting for the client all along. */
-  fired(): void {
-    if (this.waiting && !this.stopped) this.owner.bodyIdle(this.idleTimeoutMs);
-  }
-
-  stop(): void {
-    this.stopped = true;
-    clearTimeout(this.timer);
-  }
-}
-
-function bodyIdleFired(body: RequestBody): void {
-  body.fired();
-}
-
-/**
- * How long the rest of an unread request body is read and dropped after a connection's last
- * response, at most (nginx's `lingering_time`); each pause is bounded by `server.bodyTimeoutMs`.
- */
-const LINGER_MS = 30_000;
-
-/**
- * nginx's lingering close, for a connection whose last response goes out before its request body
- * was read (the upstream answered early, or failed): Node would close the socket as soon as the
- * response is written, and the kernel answers the client's next bytes with a reset, which may
- * reach the client before it has read the response and destroy it; while the body is left unread
- * without a close, the connection stalls for ever (`req` was being read, so Node never discards
- * the rest itself). Instead, once the response is out, the socket is ended (FIN) and the rest of
- * the body is read and dropped until it ends, pauses `idleTimeoutMs` (0: no pause bound), or
- * `LINGER_MS` passes; then the socket is destroyed.
- */
-function lingeringClose(req: IncomingMessage, idleTimeoutMs: number): void {
-  const socket = req.socket;
-  const closeNow = socket.destroySoon;
-  // Node's server calls `destroySoon` once the response marked `Connection: close` is written.
-  socket.destroySoon = () => {
-    if (req.complete || socket.destroyed) {
-      closeNow.call(socket);
-      return;
-    }
-    socket.end();
-    const stop = () => {
-      clearTimeout(total);
-      clearTimeout(idle);
-      socket.destroy();
-    };
-    const total = setTimeout(stop, LINGER_MS);
-    const idle = idleTimeoutMs > 0 ? setTimeout(stop, Math.min(idleTimeoutMs, LINGER_MS)) : undefined;
-    // Read in paused mode, beside the body iterator undici may not have returned yet (its
-    // `readable` listener would keep `resume()` from switching to flowing).
-    const drop = () => {
-      while (req.read() !== null) idle?.refresh();
-    };
-    req.on('readable', drop);
-    req.once('end', stop);
-    socket.once('close', stop);
-    drop();
-  };
-}
-
 function sendJson(
   res: ServerResponse,
   status: number,
@@ -1219,13 +1009,6 @@ const STATUS_TEXT: Record<number, string> = {
   503: 'Service Unavailable',
   504: 'Gateway Timeout',
 };
-
-/**
- * How long a socket the proxy has ended (its last bytes queued, then FIN) may stay open waiting for
- * the peer to close its side, before it is destroyed: ample for a peer to read a response and close;
- * a peer that keeps a half-closed connection open gets nothing from holding it.
- */
-const CLOSE_GRACE_MS = 1_000;
 
 /**
  * A whole HTTP/1.1 response on a socket Node handed over (upgrade, CONNECT); closes it, and
