@@ -18,7 +18,7 @@ import { createHash } from 'node:crypto';
  * the header is never a way around the limit). A header sent on more than one line has no one value
  * (upstreams differ on which they read): the proxy refuses such a request before any bucket is
  * charged (`repeatedKeyHeader` in match-buckets.ts), so the joined value `header()` gives for it
- * is never used as a key.
+ * is never an enforcing bucket's key (a shadow bucket, which never answers, counts it as one).
  *
  * No placeholder renders the request path itself: `{route}` is the pattern as written and a
  * `{param}` is read from the normalized path, so spellings of one path (`/V1/x`, `/v1;a/x`,
