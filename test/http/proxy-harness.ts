@@ -215,3 +215,18 @@ export function openUpgrade(url: string): Promise<UpgradeResult> {
     req.end();
   });
 }
+
+/** Reads a whole request body; resolves with its length, or -1 when the request is cut. */
+export function bodyLength(req: IncomingMessage): Promise<number> {
+  return new Promise((resolve) => {
+    let length = 0;
+    req.on('data', (chunk: Buffer) => {
+      length += chunk.length;
+    });
+    req.on('end', () => resolve(length));
+    req.on('error', () => resolve(-1));
+    req.on('close', () => {
+      if (!req.complete) resolve(-1);
+    });
+  });
+}

@@ -1,8 +1,15 @@
 import assert from 'node:assert/strict';
-import { type IncomingMessage, request } from 'node:http';
+import { request } from 'node:http';
 import { describe, it } from 'node:test';
 import { until } from '../helpers/until.js';
-import { metricValue, ProxyFixtures, send, type TestProxy, type UpstreamHandler } from './proxy-harness.js';
+import {
+  bodyLength,
+  metricValue,
+  ProxyFixtures,
+  send,
+  type TestProxy,
+  type UpstreamHandler,
+} from './proxy-harness.js';
 
 // How the proxy streams a request body to the upstream: Expect: 100-continue, a client that
 // leaves mid-upload, an upstream that fails mid-upload, and one that answers before reading it.
@@ -13,21 +20,6 @@ const setup = (handler: UpstreamHandler, buckets = 'buckets: []\n') =>
 
 function outcome(proxy: TestProxy, name: string): Promise<number> {
   return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
-}
-
-/** Reads a whole request body; resolves with its length, or -1 when the request is cut. */
-function bodyLength(req: IncomingMessage): Promise<number> {
-  return new Promise((resolve) => {
-    let length = 0;
-    req.on('data', (chunk: Buffer) => {
-      length += chunk.length;
-    });
-    req.on('end', () => resolve(length));
-    req.on('error', () => resolve(-1));
-    req.on('close', () => {
-      if (!req.complete) resolve(-1);
-    });
-  });
 }
 
 /** A POST with `Expect: 100-continue` that sends its body only after a 100. */

@@ -3,7 +3,14 @@ import { type ClientRequest, type IncomingMessage, request, type ServerResponse 
 import { connect, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
 import { until } from '../helpers/until.js';
-import { metricValue, ProxyFixtures, type SimpleResponse, send, type TestProxy } from './proxy-harness.js';
+import {
+  bodyLength,
+  metricValue,
+  ProxyFixtures,
+  type SimpleResponse,
+  send,
+  type TestProxy,
+} from './proxy-harness.js';
 
 // How long the proxy waits, and for whom: for a pooled upstream connection and the response
 // headers (upstream.headersTimeoutMs, time queued included), and for the client's request body
@@ -27,21 +34,6 @@ async function headersWaits(proxy: TestProxy): Promise<{ count: number; sumSecon
 
 function rules(server = ''): string {
   return `${server}backend:\n  kind: local\nbuckets: []\n`;
-}
-
-/** Reads a whole request body; resolves with its length, or -1 when the request is cut. */
-function bodyLength(req: IncomingMessage): Promise<number> {
-  return new Promise((resolve) => {
-    let length = 0;
-    req.on('data', (chunk: Buffer) => {
-      length += chunk.length;
-    });
-    req.on('end', () => resolve(length));
-    req.on('error', () => resolve(-1));
-    req.on('close', () => {
-      if (!req.complete) resolve(-1);
-    });
-  });
 }
 
 /** A POST declaring `contentLength` bytes; the test writes them. Resolves with the response. */
