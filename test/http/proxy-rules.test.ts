@@ -282,6 +282,26 @@ describe('rules file', () => {
       'r.yaml:10:22: buckets[0].match.prefix: "/a\\b": "\\" is read as "/" in requests (routing.backslashAsSlash): write "/"',
     ],
     [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { path: "/v1/./x" }\n',
+      'r.yaml:10:20: buckets[0].match.path: "/v1/./x": "." is resolved in requests: write the path it leads to',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { prefix: "/v1/../x" }\n',
+      'r.yaml:10:22: buckets[0].match.prefix: "/v1/../x": ".." is resolved in requests: write the path it leads to',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { path: "/%70ay/:id" }\n',
+      'r.yaml:10:20: buckets[0].match.path: "/%70ay/:id": "%70" is decoded in requests: write "p"',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { prefix: "/caf%c3%a9" }\n',
+      'r.yaml:10:22: buckets[0].match.prefix: "/caf%c3%a9": "%c3": requests are compared with percent-escapes in upper case: write "%C3"',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { prefix: "/a//b" }\n',
+      'r.yaml:10:22: buckets[0].match.prefix: "/a//b": empty segment (requests drop them)',
+    ],
+    [
       'routing:\n  caseSensitive: yes\nbuckets: []\n',
       'r.yaml:7:18: routing.caseSensitive: expected boolean, got "yes"',
     ],

@@ -135,7 +135,30 @@ function checkPathSource(source: string, matching: PathMatching): void {
       `"${source}": ";" starts a path parameter, cut from requests (routing.stripPathParameters): write the path without it`,
     );
   }
+  // Requests are normalized before matching; a pattern spelled in a form no reading takes would
+  // never match, silently. The same rules as normalizePath, refused instead of applied.
+  const trimmed = source.replace(/\/+$/, '');
+  if (trimmed.includes('//')) throw new Error(`"${source}": empty segment (requests drop them)`);
+  for (const segment of trimmed.split('/')) {
+    if (segment === '.' || segment === '..') {
+      throw new Error(`"${source}": "${segment}" is resolved in requests: write the path it leads to`);
+    }
+    const unreserved = UNRESERVED_ESCAPE.exec(segment);
+    if (unreserved !== null) {
+      const character = String.fromCharCode(Number.parseInt(unreserved[0].slice(1), 16));
+      throw new Error(`"${source}": "${unreserved[0]}" is decoded in requests: write "${character}"`);
+    }
+    const lowerCase = LOWER_CASE_ESCAPE.exec(segment);
+    if (lowerCase !== null) {
+      throw new Error(
+        `"${source}": "${lowerCase[0]}": requests are compared with percent-escapes in upper case: write "${lowerCase[0].toUpperCase()}"`,
+      );
+    }
+  }
 }
+
+/** A percent-escape with a lower-case hex digit, which normalization upper-cases. */
+const LOWER_CASE_ESCAPE = /%([0-9A-Fa-f][a-f]|[a-f][0-9A-Fa-f])/;
 
 const SLASH = 0x2f;
 
@@ -154,7 +177,9 @@ function startsWithFolded(text: string, folded: string): boolean {
   return true;
 }
 
-const UNRESERVED = /%(2[DdEe]|3[0-9]|4[1-9A-Fa-f]|5[0-9Aa]|5[Ff]|6[1-9A-Fa-f]|7[0-9Aa]|7[Ee])/g;
+/** A percent-escape of an unreserved character (`%70` for `p`), which normalization decodes. */
+const UNRESERVED_ESCAPE = /%(2[DdEe]|3[0-9]|4[1-9A-Fa-f]|5[0-9Aa]|5[Ff]|6[1-9A-Fa-f]|7[0-9Aa]|7[Ee])/;
+const UNRESERVED = new RegExp(UNRESERVED_ESCAPE.source, 'g');
 
 /**
  * Every path an upstream may route a request target to; a bucket matches when any of them does.
