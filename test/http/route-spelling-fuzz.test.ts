@@ -39,8 +39,10 @@ function rawGet(port: number, target: string): Promise<string> {
 describe('route spellings against real routers', () => {
   let expressServer: Server;
   let fastify: FastifyInstance;
+  let fastifySemicolon: FastifyInstance;
   let expressPort = 0;
   let fastifyPort = 0;
+  let fastifySemicolonPort = 0;
 
   before(async () => {
     const app = express();
@@ -57,22 +59,35 @@ describe('route spellings against real routers', () => {
     await new Promise<void>((resolve) => expressServer.listen(0, '127.0.0.1', resolve));
     expressPort = (expressServer.address() as AddressInfo).port;
     // Fastify's most forgiving routing: every option that makes more spellings reach a route.
-    fastify = Fastify({
-      routerOptions: { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true, caseSensitive: false },
-    } as FastifyServerOptions);
-    fastify.get('/v1/payments/:id', async () => 'HIT');
-    fastify.all('/admin', async () => 'HIT');
-    fastify.all('/admin/*', async () => 'HIT');
-    await fastify.listen({ port: 0, host: '127.0.0.1' });
+    const forgiving = { ignoreTrailingSlash: true, ignoreDuplicateSlashes: true, caseSensitive: false };
+    const startFastify = async (routerOptions: Record<string, boolean>) => {
+      const instance = Fastify({ routerOptions } as FastifyServerOptions);
+      instance.get('/v1/payments/:id', async () => 'HIT');
+      instance.all('/admin', async () => 'HIT');
+      instance.all('/admin/*', async () => 'HIT');
+      await instance.listen({ port: 0, host: '127.0.0.1' });
+      return instance;
+    };
+    fastify = await startFastify(forgiving);
     fastifyPort = (fastify.server.address() as AddressInfo).port;
+    // Its non-default `useSemicolonDelimiter`: everything from a path's first `;` is the query.
+    fastifySemicolon = await startFastify({ ...forgiving, useSemicolonDelimiter: true });
+    fastifySemicolonPort = (fastifySemicolon.server.address() as AddressInfo).port;
   });
 
   after(async () => {
     expressServer.close();
     await fastify.close();
+    await fastifySemicolon.close();
   });
 
-  it('every spelling Express 5 or Fastify 5 routes to a limited handler matches its bucket', async () => {
+  it('runs a Fastify that cuts the path at its first semicolon', async () => {
+    // Without the option `/admin;x` reaches no handler: the test below would not cover it.
+    assert.ok((await rawGet(fastifySemicolonPort, '/admin;x')).includes('HIT'));
+    assert.ok(!(await rawGet(fastifyPort, '/admin;x')).includes('HIT'));
+  });
+
+  it('every spelling Express 5 or Fastify 5 (either semicolon mode) routes to a limited handler matches its bucket', async () => {
     // biome-ignore format: a table
     const pieces = [
       'v1', 'V1', '%76%31', 'v1;x', 'v1.', '.', '..', '%2e', '%2E%2e', '..;', '.;', '', 'x', '%2f',
@@ -89,6 +104,7 @@ describe('route spellings against real routers', () => {
         targets.add(`/x/${a}/${b}/1`);
         targets.add(`/${a}//${b}/1`);
         targets.add(`/${a}/v1/${b}/1`);
+        targets.add(`/v1/payments/${a}/${b}/../x`);
       }
     }
     const bypasses: string[] = [];
@@ -102,6 +118,7 @@ describe('route spellings against real routers', () => {
           for (const [name, port] of [
             ['express', expressPort],
             ['fastify', fastifyPort],
+            ['fastify useSemicolonDelimiter', fastifySemicolonPort],
           ] as const) {
             if (!(await rawGet(port, target)).includes('HIT')) continue;
             routed++;

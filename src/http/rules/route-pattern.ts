@@ -192,7 +192,7 @@ const UNRESERVED = new RegExp(UNRESERVED_ESCAPE.source, 'g');
  * Express. No single reading is safe, so each enabled rewrite whose character the path contains
  * is applied and not applied.
  *
- * Readings, duplicates dropped, at most six:
+ * Readings, duplicates dropped, at most seven:
  * 1. every rewrite applied (`\` first, then `;` cut); then, with both characters, `;` cut only
  *    and `\` as `/` only, as an upstream may apply one and not the other (`/files\x/..;/..` is
  *    `/files/x` to the WHATWG parser, `/` fully rewritten, `/files\x` plainly);
@@ -204,11 +204,14 @@ const UNRESERVED = new RegExp(UNRESERVED_ESCAPE.source, 'g');
  * 4. with a dot segment (`.`, `..`, `%2e`, `.%2E`…): the plain reading with dot segments kept as
  *    segments (escapes decoded), as Express 5 and Fastify 5 route them: `/admin/../users`
  *    reaches their `/admin` handler, `/v1/payments/%2E%2E/refunds` their
- *    `/v1/payments/:id/refunds` with id `..`.
+ *    `/v1/payments/:id/refunds` with id `..`;
+ * 5. with `stripPathParameters` and a `;`: the path cut at its first `;`, dot segments kept, as
+ *    Fastify with `useSemicolonDelimiter` routes it (everything from the `;` is its query):
+ *    `/v1/payments/1;x/../../admin` reaches its `/v1/payments/:id` handler with id `1`.
  *
  * In that order, because a bucket's parameters come from the first reading it matches: most
  * rewritten first (`/items/42;v=2` gives `42`, the key of `/items/42`: one budget for what may be
- * one id is the safe failure), and the readings of 3 and 4 last, so they never change the key of
+ * one id is the safe failure), and the readings of 3 to 5 last, so they never change the key of
  * a request that an earlier reading matches. A path with none of `\`, `;`, `//` or a dot segment,
  * the common case, has one reading and is normalized once.
  */
@@ -233,6 +236,7 @@ export function requestPathReadings(
     if (parsed !== undefined) addReading(readings, normalizePath(parsed, false, false));
   }
   if (dots) addReading(readings, normalizePath(path, false, false, true));
+  if (semicolon) addReading(readings, normalizePath(path.slice(0, path.indexOf(';')), false, false, true));
   return readings;
 }
 
