@@ -604,7 +604,7 @@ describe('spillway proxy: forwarding', () => {
     });
   });
 
-  it('answers CONNECT with 405 and closes the connection', async () => {
+  it('answers CONNECT with 405, the methods it forwards in Allow, and closes the connection', async () => {
     const { upstream, proxy } = await setup(`${LOCAL}buckets: []\n`);
     const response = await rawExchange(
       proxy.proxy.port,
@@ -614,6 +614,7 @@ describe('spillway proxy: forwarding', () => {
     const lines = head!.split('\r\n');
     assert.equal(lines[0], 'HTTP/1.1 405 Method Not Allowed');
     assert.ok(lines.includes('connection: close'), head);
+    assert.ok(lines.includes('allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE'), head);
     assert.deepEqual(JSON.parse(body!), {
       error: 'bad_request',
       message: 'CONNECT is not supported by this reverse proxy',

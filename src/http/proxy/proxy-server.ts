@@ -205,14 +205,15 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     (req: IncomingMessage, socket: Duplex, head: Buffer) => void serveUpgrade(req, socket, head),
   );
   // Node hands CONNECT to 'connect', never to 'request' (with no listener it just drops the
-  // connection): a reverse proxy opens no tunnels to arbitrary hosts.
+  // connection): a reverse proxy opens no tunnels to arbitrary hosts. A 405 must list what is
+  // allowed (RFC 9110 §15.5.6): every other method is forwarded, so the standard ones but CONNECT.
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy());
     metrics.request('bad_request');
     writeRawResponse(
       socket,
       405,
-      {},
+      { allow: 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE' },
       {
         error: 'bad_request',
         message: 'CONNECT is not supported by this reverse proxy',
