@@ -110,6 +110,11 @@ export interface RateLimitStats {
    * admitted), or (async limiters) the framework's continuation threw after the decision.
    */
   readonly hookErrors: number;
+  /**
+   * Admitted by an async (Redis) decision that came after the client had gone (or the response had
+   * ended): the chain was not continued, as nothing would read its response.
+   */
+  readonly clientGone: number;
 }
 
 /** How a framework reads a request and writes a response. */
@@ -156,6 +161,7 @@ interface MutableStats {
   costFallbacks: number;
   limiterErrors: number;
   hookErrors: number;
+  clientGone: number;
 }
 
 export function createRateLimitMiddleware<Req, Res>(
@@ -200,6 +206,7 @@ export function createRateLimitMiddleware<Req, Res>(
     costFallbacks: 0,
     limiterErrors: 0,
     hookErrors: 0,
+    clientGone: 0,
   };
 
   const clientAddress = (req: Req): string =>
@@ -463,6 +470,12 @@ export function createRateLimitMiddleware<Req, Res>(
       let continued = false;
       const proceed = (): void => {
         continued = true;
+        // The client left while the decision was pending: the handler's work would be for nobody
+        // (the proxy does not forward such a request either). The decision was still counted.
+        if (adapter.ended(res)) {
+          stats.clientGone++;
+          return;
+        }
         next();
       };
       // Whatever throws after the decision is counted once and passed to onError, never left as an

@@ -4,6 +4,7 @@
 // redis-server, the global limiter with a fake directive and with the real controller).
 import assert from 'node:assert/strict';
 import { type IncomingHttpHeaders, request } from 'node:http';
+import { connect } from 'node:net';
 import { after, before, describe, it } from 'node:test';
 import { Redis } from 'ioredis';
 import { createController } from '../../src/control/controller.js';
@@ -544,6 +545,53 @@ export function rateLimitSuite<Res>(framework: FrameworkUnderTest<Res>): void {
         assert.equal(server.stats.limited, 2);
       });
     }
+
+    it('async: a request whose client left while its decision was pending is not continued', {
+      timeout: 10_000,
+    }, async () => {
+      const admit: Decision = {
+        allowed: true,
+        limit: 3,
+        remaining: 2,
+        resetAtMs: Date.now() + 3000,
+        retryAfterMs: 0,
+      };
+      // The first decision waits for the test; later ones are immediate.
+      let release: ((decision: Decision) => void) | undefined;
+      let pending: SuiteRequest | undefined;
+      const server = await serve({
+        limiter: {
+          limit: () =>
+            release === undefined
+              ? new Promise<Decision>((resolve) => (release = resolve))
+              : Promise.resolve(admit),
+        },
+        limiterKind: 'async',
+        policy,
+        key: (req) => {
+          pending = req;
+          return 'k';
+        },
+      });
+      const { port } = new URL(server.url);
+      const client = connect(Number(port), '127.0.0.1', () =>
+        client.write('GET / HTTP/1.1\r\nHost: x\r\n\r\n'),
+      );
+      client.on('error', () => {});
+      await until(() => pending !== undefined);
+      client.destroy();
+      // Express's request is Node's; Fastify's wraps it as `raw`.
+      const raw = (pending as SuiteRequest & { raw?: { destroyed: boolean } }).raw ?? pending;
+      await until(() => (raw as unknown as { destroyed: boolean }).destroyed);
+      release!(admit);
+      await until(() => server.stats.clientGone === 1);
+      assert.equal(server.stats.admitted, 1);
+      // The next client is served as usual.
+      const reply = await get(server.url);
+      assert.equal(reply.status, 200);
+      assert.equal(server.stats.clientGone, 1);
+      assert.equal(server.stats.admitted, 2);
+    });
 
     it('async key, cost, skip and onError: never awaited or crashing; the documented fallbacks, counted', {
       timeout: 10_000,
