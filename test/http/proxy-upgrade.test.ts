@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import { connect, type Socket } from 'node:net';
 import { describe, it } from 'node:test';
+import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import { until } from '../helpers/until.js';
 import {
   metricValue,
@@ -178,7 +179,7 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     await upstreamClosed;
   });
 
-  it('an upgrade gets 504 when no upstream connection answers within headersTimeoutMs, queued time included', async () => {
+  it('an upgrade waiting for a pooled connection past headersTimeoutMs gets 504 upstream_queue_timeout', async () => {
     const { upstream } = await echoingUpstream();
     upstream.handler = (_req, res) => {
       // Holds the only pooled connection.
@@ -195,12 +196,94 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     const waitedMs = performance.now() - startedMs;
     assert.equal(refused.status, 504);
     assert.deepEqual(JSON.parse(refused.body!), {
-      error: 'upstream_timeout',
-      message: 'upstream answered no upgrade within 500 ms',
+      error: 'upstream_queue_timeout',
+      message: 'the upgrade waited 500 ms for one of the 1 upstream connections',
     });
     assert.ok(waitedMs >= 450 && waitedMs < 2_000, `answered after ${waitedMs} ms`);
-    assert.equal(await outcome(proxy, 'upstream_timeout'), 1);
+    assert.equal(await outcome(proxy, 'upstream_queue_timeout'), 1);
     hold.destroy();
+    // The upgrade never reached the upstream, and took no connection: the next request has it.
+    await until('the held request is done', () => proxy.proxy.inFlight === 0);
+    upstream.handler = (_req, res) => res.end('ok');
+    assert.equal((await fetch(`${proxy.base}/after`)).status, 200);
+  });
+
+  it('an upgrade waiting for its 101 holds one of upstream.connections: a request behind it waits in the proxy queue', async () => {
+    const upstream = await startUpstream();
+    const pending: Socket[] = [];
+    upstream.server.on('upgrade', (_req, socket: Socket) => {
+      socket.on('error', () => {});
+      pending.push(socket);
+    });
+    let connections = 0;
+    upstream.server.on('connection', () => connections++);
+    // No deadline for the upgrade; then, reloaded, one for the request that arrives behind it.
+    const { proxy } = await fixtures.start(rules(), upstream, '\n  connections: 1\n  headersTimeoutMs: 0');
+    fixtures.track(async () => {
+      for (const socket of pending) socket.destroy();
+    });
+    const upgrade = openUpgrade(`${proxy.base}/socket`);
+    await until('the upstream has the upgrade request', () => pending.length === 1);
+    proxy.proxy.setRules(
+      parseProxyRules(
+        `version: 1\nupstream:\n  url: ${upstream.url}\n  connections: 1\n  headersTimeoutMs: 500\n${rules()}`,
+      ),
+    );
+    const queued = await fetch(`${proxy.base}/behind`);
+    assert.equal(queued.status, 504);
+    assert.deepEqual(await queued.json(), {
+      error: 'upstream_queue_timeout',
+      message: 'the request waited 500 ms for one of the 1 upstream connections',
+    });
+    assert.equal(upstream.seen.length, 0, 'the request never reached the upstream');
+    pending[0]!.destroy();
+    assert.equal((await upgrade).status, 502);
+    // The upgrade gave its connection back: the next request has it. The request that timed out
+    // cost no connection (in undici's queue, it would have been aborted on one, destroying it).
+    assert.equal((await fetch(`${proxy.base}/after`)).status, 200);
+    assert.equal(connections, 2, 'one connection for the upgrade, one for the request after it');
+  });
+
+  it('a tunnel does not hold a pooled connection: requests flow beside it with connections: 1', async () => {
+    const { upstream } = await echoingUpstream();
+    const { proxy } = await fixtures.start(
+      rules('server:\n  upgradeIdleTimeoutMs: 0\n'),
+      upstream,
+      '\n  connections: 1\n  headersTimeoutMs: 2000',
+    );
+    const first = await openTunnel(proxy.base);
+    const second = await openTunnel(proxy.base);
+    for (let i = 0; i < 3; i++) assert.equal((await fetch(`${proxy.base}/beside`)).status, 200);
+    assert.equal(await echo(first, 'one'), 'one');
+    assert.equal(await echo(second, 'two'), 'two');
+    first.destroy();
+    second.destroy();
+    await until('the tunnels are closed', () => proxy.proxy.inFlight === 0);
+  });
+
+  it('a client that leaves while its upgrade waits for a pooled connection is never forwarded', async () => {
+    const { upstream, held } = await echoingUpstream();
+    upstream.handler = (_req, res) => {
+      res.writeHead(200);
+      res.write('x');
+    };
+    const { proxy } = await fixtures.start(rules(), upstream, '\n  connections: 1');
+    const hold = request(`${proxy.base}/hold`, { agent: false });
+    hold.on('error', () => {});
+    hold.end();
+    await until('the connection is held', () => upstream.seen.length === 1);
+    const client = connect(proxy.proxy.port, '127.0.0.1');
+    client.on('error', () => {});
+    client.write('GET /socket HTTP/1.1\r\nHost: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    await until('the upgrade waits', () => proxy.proxy.inFlight === 2);
+    client.destroy();
+    await until('the upgrade is released', () => proxy.proxy.inFlight === 1);
+    assert.equal(await outcome(proxy, 'client_abort'), 1);
+    hold.destroy();
+    await until('the held request is done', () => proxy.proxy.inFlight === 0);
+    upstream.handler = (_req, res) => res.end('ok');
+    assert.equal((await fetch(`${proxy.base}/after`)).status, 200);
+    assert.equal(held.length, 0, 'the upstream never saw the upgrade');
   });
 
   it('an upstream that ends right after its 101 closes the tunnel', async () => {

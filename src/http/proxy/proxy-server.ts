@@ -175,14 +175,14 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     keepAliveTimeout: 4_000,
   });
   /**
-   * Requests handed to the pool and not yet finished there: at most `upstream.connections`, so
-   * undici never queues one. Requests past that wait in `waiting`, the proxy's own FIFO, which can
-   * drop one that timed out or whose client left without undici ever seeing it (undici cannot
-   * take a request out of its queue: it aborts it once a connection takes it, which destroys that
-   * connection).
+   * Requests and upgrades handed to the pool and not yet finished there: at most
+   * `upstream.connections`, so undici never queues one. The rest wait in `waiting`, the proxy's own
+   * FIFO, which can drop one that timed out or whose client left without undici ever seeing it
+   * (undici cannot take a request out of its queue: it aborts it once a connection takes it, which
+   * destroys that connection).
    */
   let inPool = 0;
-  const waiting = new Fifo<Exchange>();
+  const waiting = new Fifo<PoolTurn>();
   let inFlight = 0;
   let draining = false;
   const tunnels = new Set<Tunnel>();
@@ -328,20 +328,42 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     return { allowed: rejectedBy.length === 0, visible, rejectedBy };
   }
 
-  /** The oldest waiting requests not yet answered, while the pool has room for them. */
+  /** The oldest waiting requests and upgrades, while the pool has room for them. */
   function dispatchWaiting(): void {
     while (inPool < upstreamConfig.connections) {
       const next = waiting.shift();
       if (next === undefined) return;
-      if (next.outcome !== undefined) continue;
-      // Its deadline is due, its timer not yet run (timers due together run one after another, and
-      // this runs between them): dispatched, it would be aborted as it gets its connection.
-      if (next.headersTimeoutMs > 0 && performance.now() - next.startedMs >= next.headersTimeoutMs - 1) {
-        clearTimeout(next.deadline);
-        next.headersTimedOut();
-        continue;
-      }
-      next.dispatch();
+      next.takeTurn();
+    }
+  }
+
+  /** A pooled connection handed back (a request or an upgrade done with it): the next one waiting takes it. */
+  function leavePool(): void {
+    inPool--;
+    // After undici has marked the connection free, so the next request is not queued behind it.
+    if (waiting.length > 0) queueMicrotask(dispatchWaiting);
+  }
+
+  /**
+   * An upgrade waiting in `waiting`: until its upstream answers 101 (undici then detaches the
+   * socket from the pool), an upgrade holds a pooled connection like any request, so it waits for
+   * one in the same queue, under the same deadline.
+   */
+  class UpgradeTurn implements PoolTurn {
+    readonly granted: Promise<void>;
+    private grant: () => void = () => {};
+
+    constructor(private readonly signal: AbortSignal) {
+      this.granted = new Promise((resolve) => {
+        this.grant = resolve;
+      });
+    }
+
+    takeTurn(): void {
+      // Its client left or its deadline passed while it waited: it takes no connection.
+      if (this.signal.aborted) return;
+      inPool++;
+      this.grant();
     }
   }
 
@@ -361,7 +383,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * the body is sent. One timer per forwarded request, set and cleared: a fraction of a
    * microsecond against the tens a proxied request costs.
    */
-  class Exchange implements Dispatcher.DispatchHandler, BodyOwner {
+  class Exchange implements Dispatcher.DispatchHandler, BodyOwner, PoolTurn {
     target = '';
     headers: Record<string, string | string[]> = NO_HEADERS;
     /** Handed to the pool and not yet finished there (counted in `inPool`). */
@@ -441,6 +463,19 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       else waiting.push(this);
     }
 
+    /** Its turn at the pool, out of `waiting`: dispatched, unless it was answered while it waited. */
+    takeTurn(): void {
+      if (this.outcome !== undefined) return;
+      // Its deadline is due, its timer not yet run (timers due together run one after another, and
+      // this runs between them): dispatched, it would be aborted as it gets its connection.
+      if (this.headersTimeoutMs > 0 && performance.now() - this.startedMs >= this.headersTimeoutMs - 1) {
+        clearTimeout(this.deadline);
+        this.headersTimedOut();
+        return;
+      }
+      this.dispatch();
+    }
+
     /** To the pool, which has a connection free for it (or is opening one). */
     dispatch(): void {
       inPool++;
@@ -470,9 +505,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     leftPool(): void {
       if (!this.inPool) return;
       this.inPool = false;
-      inPool--;
-      // After undici has marked the connection free, so the next request is not queued behind it.
-      if (waiting.length > 0) queueMicrotask(dispatchWaiting);
+      leavePool();
     }
 
     /** The headers deadline passed: 504, whether the request is still queued or on a connection. */
@@ -753,8 +786,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         protocol: 'http',
         preserveHost: upstream.preserveHost,
       });
-      // One deadline for a pooled connection and the upstream's answer, as for any request
-      // (undici's headers timeout does not run while the upgrade is queued in the pool).
+      // One deadline for a pooled connection and the upstream's answer, as for any request.
       const headersTimeoutMs = upstream.headersTimeoutMs;
       let timedOut = false;
       const deadline =
@@ -764,39 +796,59 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
               abort.abort(new ExchangeAbortError('upgrade deadline'));
             }, headersTimeoutMs)
           : undefined;
-      const upgrading = pool.upgrade({
-        path: target,
-        method: req.method ?? 'GET',
-        headers,
-        protocol: headerValue(req, 'upgrade') ?? 'websocket',
-        signal: abort.signal,
-      });
-      // undici acts on the abort only once the upgrade has a connection: while it is queued in the
-      // pool, the client's answer cannot wait for it.
+      // undici acts on the abort only once the upgrade has a connection (one being opened may
+      // take a while): the client's answer cannot wait for it.
       const abandoned = new Promise<undefined>((resolve) =>
         abort.signal.addEventListener('abort', () => resolve(undefined), { once: true }),
       );
+      let holdsConnection = false;
+      if (inPool < upstreamConfig.connections) {
+        inPool++;
+        holdsConnection = true;
+      } else {
+        const turn = new UpgradeTurn(abort.signal);
+        waiting.push(turn);
+        await Promise.race([turn.granted.then(() => (holdsConnection = true)), abandoned]);
+      }
+      let upgrading: Promise<Dispatcher.UpgradeData> | undefined;
       let upgradedUpstream: Dispatcher.UpgradeData | undefined;
       let failure: unknown;
-      try {
-        upgradedUpstream = await Promise.race([upgrading, abandoned]);
-      } catch (error) {
-        failure = error;
-      } finally {
-        clearTimeout(deadline);
+      if (holdsConnection && !abort.signal.aborted) {
+        upgrading = pool.upgrade({
+          path: target,
+          method: req.method ?? 'GET',
+          headers,
+          protocol: headerValue(req, 'upgrade') ?? 'websocket',
+          signal: abort.signal,
+        });
+        // Answered or failed, undici is done with the pooled connection (a 101 detaches it).
+        upgrading.then(leavePool, leavePool);
+        try {
+          upgradedUpstream = await Promise.race([upgrading, abandoned]);
+        } catch (error) {
+          failure = error;
+        }
+      } else if (holdsConnection) {
+        // Its turn came as it was abandoned: the connection goes to the next one waiting.
+        leavePool();
       }
+      clearTimeout(deadline);
       stopWatching();
       if (abort.signal.aborted) {
         // An upgrade that succeeds after all is closed at once.
-        upgrading.then(
+        upgrading?.then(
           (late) => late.socket.destroy(),
           () => {},
         );
         if (timedOut) {
-          metrics.request('upstream_timeout');
+          const queued = upgrading === undefined;
+          const outcome = queued ? 'upstream_queue_timeout' : 'upstream_timeout';
+          metrics.request(outcome);
           writeRawResponse(socket, 504, limitHeaders, {
-            error: 'upstream_timeout',
-            message: `upstream answered no upgrade within ${headersTimeoutMs} ms`,
+            error: outcome,
+            message: queued
+              ? `the upgrade waited ${headersTimeoutMs} ms for one of the ${upstream.connections} upstream connections`
+              : `upstream answered no upgrade within ${headersTimeoutMs} ms`,
           });
         } else {
           metrics.request('client_abort');
@@ -1029,6 +1081,12 @@ function writeRawResponse(
   head += 'connection: close\r\n\r\n';
   socket.end(head + text);
   setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
+}
+
+/** A request or an upgrade waiting for one of the pool's connections. */
+interface PoolTurn {
+  /** A connection is free for it: it takes it, or, answered while it waited, lets the next one have it. */
+  takeTurn(): void;
 }
 
 interface UpstreamFailure {
