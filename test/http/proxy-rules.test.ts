@@ -327,6 +327,26 @@ describe('rules file', () => {
     });
   }
 
+  it('reports upstream pool settings out of range: connectTimeoutMs 0 (undici would read it as 10 s), maxQueued below 0', () => {
+    for (const [line, message] of [
+      ['connectTimeoutMs: 0', 'r.yaml:4:21: upstream.connectTimeoutMs: must be >= 1, got 0'],
+      ['maxQueued: -1', 'r.yaml:4:14: upstream.maxQueued: must be >= 0, got -1'],
+    ]) {
+      assert.throws(
+        () =>
+          parseProxyRules(
+            `version: 1\nupstream:\n  url: http://127.0.0.1:9000\n  ${line}\nbackend: { kind: local }\nbuckets: []\n`,
+            'r.yaml',
+          ),
+        (error: Error & { code?: string }) => {
+          assert.equal(error.code, 'ERR_SPILLWAY_INVALID_CONFIG');
+          assert.equal(error.message, message);
+          return true;
+        },
+      );
+    }
+  });
+
   it('reports a bad upstream URL, backend and trusted proxy at their lines', () => {
     assert.throws(
       () =>

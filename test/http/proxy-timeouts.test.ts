@@ -233,6 +233,72 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     assert.equal((await headersWaits(proxy)).count, 1);
   });
 
+  it('requests that give up while the pool is held are swept out of its queue, not kept until a connection frees', async () => {
+    const { upstream, proxy } = await fixtures.start(
+      rules(),
+      (req, res) => {
+        // A long-lived response (a stream, a long poll) holds the only connection.
+        res.writeHead(200);
+        if (req.url === '/stream') res.write('x');
+        else res.end('ok');
+      },
+      '\n  connections: 1\n  headersTimeoutMs: 50',
+    );
+    const stream = request(`${proxy.base}/stream`, { agent: false });
+    stream.on('error', () => {});
+    stream.end();
+    await until('the stream holds the connection', () => upstream.seen.length === 1);
+    const given = 600;
+    for (let sent = 0; sent < given; sent += 50) {
+      const answers = await Promise.all(Array.from({ length: 50 }, () => send(`${proxy.base}/queued`)));
+      for (const answer of answers) assert.equal(answer.status, 504);
+    }
+    assert.equal(await outcome(proxy, 'upstream_queue_timeout'), given);
+    const queue = proxy.proxy.upstreamQueue;
+    assert.equal(queue.waiting, 0);
+    // Every one of them was answered; the queue keeps at most the last few of them.
+    assert.ok(queue.held <= 64, `the queue still holds ${queue.held} answered requests`);
+    stream.destroy();
+    assert.equal((await send(`${proxy.base}/after`)).body, 'ok');
+    assert.deepEqual(proxy.proxy.upstreamQueue, { waiting: 0, held: 0 });
+  });
+
+  it('refuses 503 upstream_queue_full past upstream.maxQueued waiting requests; those waiting are served', async () => {
+    const { upstream, proxy } = await fixtures.start(
+      rules(),
+      (req, res) => {
+        res.writeHead(200);
+        if (req.url === '/stream') res.write('x');
+        else res.end('ok');
+      },
+      '\n  connections: 1\n  maxQueued: 2\n  headersTimeoutMs: 10000',
+    );
+    const stream = request(`${proxy.base}/stream`, { agent: false });
+    stream.on('error', () => {});
+    stream.end();
+    await until('the stream holds the connection', () => upstream.seen.length === 1);
+    const queued = [send(`${proxy.base}/a`), send(`${proxy.base}/b`)];
+    await until('two requests wait', () => proxy.proxy.upstreamQueue.waiting === 2);
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_upstream_queued_requests', {}),
+      2,
+      'the queue depth is exported',
+    );
+    const refused = await send(`${proxy.base}/c`);
+    assert.equal(refused.status, 503);
+    assert.deepEqual(JSON.parse(refused.body), {
+      error: 'upstream_queue_full',
+      message: 'all 1 upstream connections are busy and 2 requests wait for one',
+    });
+    assert.equal(await outcome(proxy, 'upstream_queue_full'), 1);
+    stream.destroy();
+    for (const answer of await Promise.all(queued)) assert.equal(answer.body, 'ok');
+    assert.deepEqual(
+      upstream.seen.map((r) => r.url),
+      ['/stream', '/a', '/b'],
+    );
+  });
+
   it('an upload longer than headersTimeoutMs is not cut: only the waits for a connection and for headers count', async () => {
     const { proxy } = await fixtures.start(
       rules(),

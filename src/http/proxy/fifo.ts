@@ -27,4 +27,16 @@ export class Fifo<T> {
     }
     return item;
   }
+
+  /** Keeps only the items `keep` accepts, in order; `dropped` sees each one removed. */
+  retain(keep: (item: T) => boolean, dropped: (item: T) => void): void {
+    const kept: (T | undefined)[] = [];
+    for (let i = this.head; i < this.items.length; i++) {
+      const item = this.items[i] as T;
+      if (keep(item)) kept.push(item);
+      else dropped(item);
+    }
+    this.items = kept;
+    this.head = 0;
+  }
 }

@@ -16,6 +16,8 @@ export type ProxyOutcome =
   | 'upstream_timeout'
   /** No pooled upstream connection became free within `upstream.headersTimeoutMs`: 504, never sent. */
   | 'upstream_queue_timeout'
+  /** Every pooled connection busy and `upstream.maxQueued` requests already waiting: 503, never sent. */
+  | 'upstream_queue_full'
   /** The client went away before the response was complete; the upstream request was aborted (or never sent). */
   | 'client_abort'
   /** The request body paused longer than `server.bodyTimeoutMs`: 408 (or a cut response); upstream request aborted. */
@@ -31,6 +33,8 @@ export interface ProxyMetrics {
   decision(bucket: string, result: DecisionResult): void;
   upstreamHeadersSeconds(seconds: number): void;
   inFlight(delta: number): void;
+  /** How many requests wait for a pooled connection, read at scrape time. */
+  watchQueue(depth: () => number): void;
   reload(result: 'ok' | 'error'): void;
 }
 
@@ -42,6 +46,7 @@ const OUTCOMES: readonly ProxyOutcome[] = [
   'upstream_error',
   'upstream_timeout',
   'upstream_queue_timeout',
+  'upstream_queue_full',
   'client_abort',
   'client_timeout',
   'bad_request',
@@ -70,7 +75,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);
   new Counter({
     name: 'spillway_proxy_requests_total',
-    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, client_abort, client_timeout, bad_request).',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request).',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {
@@ -111,6 +116,15 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
       this.set(inFlight);
     },
   });
+  let queueDepth = () => 0;
+  new Gauge({
+    name: 'spillway_proxy_upstream_queued_requests',
+    help: 'Requests (and upgrades) waiting for a pooled upstream connection (at most upstream.maxQueued).',
+    registers: [registry],
+    collect() {
+      this.set(queueDepth());
+    },
+  });
   const reloads = new Counter({
     name: 'spillway_proxy_rules_reloads_total',
     help: 'Rules file reloads by result (ok, error: the previous rules stay in force).',
@@ -132,6 +146,9 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     upstreamHeadersSeconds: (seconds) => upstream.observe(seconds),
     inFlight: (delta) => {
       inFlight += delta;
+    },
+    watchQueue: (depth) => {
+      queueDepth = depth;
     },
     reload: (result) => reloads.inc({ result }),
   };
@@ -192,5 +209,6 @@ export const noProxyMetrics: ProxyMetrics = {
   decision: () => {},
   upstreamHeadersSeconds: () => {},
   inFlight: () => {},
+  watchQueue: () => {},
   reload: () => {},
 };

@@ -60,9 +60,15 @@ export interface ProxyServer {
   readonly inFlight: number;
   readonly draining: boolean;
   /**
+   * The queue for pooled upstream connections: `waiting`, requests and upgrades that still want
+   * one (at most `upstream.maxQueued`); `held`, the entries it holds, those answered or abandoned
+   * while they waited included (swept out once they are half of it).
+   */
+  readonly upstreamQueue: { readonly waiting: number; readonly held: number };
+  /**
    * Apply new rules to requests that arrive from now on (in-flight ones finish under the old).
-   * Throws (and changes nothing) when a bucket's limiter cannot be built. Upstream URL and pool
-   * size changes need a restart; timeouts and everything else apply.
+   * Throws (and changes nothing) when a bucket's limiter cannot be built. Upstream URL, pool size
+   * and connect timeout changes need a restart; the other timeouts and everything else apply.
    */
   setRules(rules: ProxyRules): void;
   /**
@@ -169,7 +175,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   let upstream: UpstreamConfig = upstreamConfig;
   const pool = new Pool(upstreamConfig.url, {
     connections: upstreamConfig.connections,
-    connectTimeout: upstreamConfig.connectTimeoutMs || undefined,
+    connectTimeout: upstreamConfig.connectTimeoutMs,
     headersTimeout: upstreamConfig.headersTimeoutMs,
     bodyTimeout: upstreamConfig.bodyTimeoutMs,
     keepAliveTimeout: 4_000,
@@ -183,6 +189,17 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    */
   let inPool = 0;
   const waiting = new Fifo<PoolTurn>();
+  /**
+   * Entries of `waiting` answered or abandoned while they waited (timed out, client gone): skipped
+   * when their turn comes, and swept out once they are half the queue, so a pool held for a long
+   * time (streams, long polls) does not keep every request that gave up on it.
+   */
+  let abandonedWaiting = 0;
+  metrics.watchQueue(() => waiting.length - abandonedWaiting);
+  /** Whether `upstream.maxQueued` requests already wait: the next is refused, 503. */
+  const queueFull = () => waiting.length - abandonedWaiting >= upstream.maxQueued;
+  const queueFullMessage = () =>
+    `all ${upstreamConfig.connections} upstream connections are busy and ${upstream.maxQueued} requests wait for one`;
   let inFlight = 0;
   let draining = false;
   const tunnels = new Set<Tunnel>();
@@ -333,8 +350,28 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     while (inPool < upstreamConfig.connections) {
       const next = waiting.shift();
       if (next === undefined) return;
-      next.takeTurn();
+      next.queued = false;
+      if (next.wanted) next.takeTurn();
+      else abandonedWaiting--;
     }
+  }
+
+  function waitForPool(turn: PoolTurn): void {
+    turn.queued = true;
+    waiting.push(turn);
+  }
+
+  /** An entry of `waiting` answered or abandoned while it waited. */
+  function abandonedInQueue(): void {
+    abandonedWaiting++;
+    if (abandonedWaiting < 64 || abandonedWaiting * 2 < waiting.length) return;
+    waiting.retain(
+      (turn) => turn.wanted,
+      (turn) => {
+        turn.queued = false;
+      },
+    );
+    abandonedWaiting = 0;
   }
 
   /** A pooled connection handed back (a request or an upgrade done with it): the next one waiting takes it. */
@@ -351,17 +388,28 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    */
   class UpgradeTurn implements PoolTurn {
     readonly granted: Promise<void>;
+    queued = false;
     private grant: () => void = () => {};
 
     constructor(private readonly signal: AbortSignal) {
       this.granted = new Promise((resolve) => {
         this.grant = resolve;
       });
+      signal.addEventListener(
+        'abort',
+        () => {
+          if (this.queued) abandonedInQueue();
+        },
+        { once: true },
+      );
+    }
+
+    /** Its client left or its deadline passed while it waited: it takes no connection. */
+    get wanted(): boolean {
+      return !this.signal.aborted;
     }
 
     takeTurn(): void {
-      // Its client left or its deadline passed while it waited: it takes no connection.
-      if (this.signal.aborted) return;
       inPool++;
       this.grant();
     }
@@ -388,6 +436,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     headers: Record<string, string | string[]> = NO_HEADERS;
     /** Handed to the pool and not yet finished there (counted in `inPool`). */
     inPool = false;
+    /** Waiting in `waiting` for a pooled connection. */
+    queued = false;
     limitHeaders: Record<string, string> = NO_HEADERS;
     /** Set once forwarded: the outcome counted for it (at most once). */
     forwarded = false;
@@ -460,12 +510,17 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (this.headersTimeoutMs > 0) this.deadline = setTimeout(headersDeadline, this.headersTimeoutMs, this);
       this.headers = headers;
       if (inPool < upstreamConfig.connections) this.dispatch();
-      else waiting.push(this);
+      else if (queueFull()) this.refuseQueueFull();
+      else waitForPool(this);
     }
 
-    /** Its turn at the pool, out of `waiting`: dispatched, unless it was answered while it waited. */
+    /** Not answered (timed out, client gone) while it waited in `waiting`. */
+    get wanted(): boolean {
+      return this.outcome === undefined;
+    }
+
+    /** Its turn at the pool, out of `waiting`: dispatched. */
     takeTurn(): void {
-      if (this.outcome !== undefined) return;
       // Its deadline is due, its timer not yet run (timers due together run one after another, and
       // this runs between them): dispatched, it would be aborted as it gets its connection.
       if (this.headersTimeoutMs > 0 && performance.now() - this.startedMs >= this.headersTimeoutMs - 1) {
@@ -499,6 +554,18 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         this.settle('upstream_error');
         this.failed(error);
       }
+    }
+
+    /** Every pooled connection busy and the queue full: 503, the request never sent. */
+    refuseQueueFull(): void {
+      this.settle('upstream_queue_full');
+      this.closeAfterResponse();
+      sendJson(
+        this.res,
+        503,
+        { error: 'upstream_queue_full', message: queueFullMessage() },
+        this.limitHeaders,
+      );
     }
 
     /** undici is done with the request (ended, failed or aborted): its connection takes the next one waiting. */
@@ -605,6 +672,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.outcome = outcome;
       metrics.request(outcome);
       clearTimeout(this.deadline);
+      if (this.queued) abandonedInQueue();
       this.body?.stop();
     }
 
@@ -805,9 +873,18 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (inPool < upstreamConfig.connections) {
         inPool++;
         holdsConnection = true;
+      } else if (queueFull()) {
+        clearTimeout(deadline);
+        stopWatching();
+        metrics.request('upstream_queue_full');
+        writeRawResponse(socket, 503, limitHeaders, {
+          error: 'upstream_queue_full',
+          message: queueFullMessage(),
+        });
+        return;
       } else {
         const turn = new UpgradeTurn(abort.signal);
-        waiting.push(turn);
+        waitForPool(turn);
         await Promise.race([turn.granted.then(() => (holdsConnection = true)), abandoned]);
       }
       let upgrading: Promise<Dispatcher.UpgradeData> | undefined;
@@ -907,15 +984,29 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     get draining() {
       return draining;
     },
+    get upstreamQueue() {
+      return { waiting: waiting.length - abandonedWaiting, held: waiting.length };
+    },
     setRules(rules) {
       const next = activate(rules, backend);
-      if (rules.upstream.url !== upstream.url || rules.upstream.connections !== upstream.connections) {
+      const { url, connections, connectTimeoutMs } = rules.upstream;
+      if (
+        url !== upstream.url ||
+        connections !== upstream.connections ||
+        connectTimeoutMs !== upstream.connectTimeoutMs
+      ) {
         logger?.warn(
-          { url: rules.upstream.url, connections: rules.upstream.connections },
-          'proxy: upstream url and connections apply after a restart; keeping the current ones',
+          { url, connections, connectTimeoutMs },
+          'proxy: upstream url, connections and connectTimeoutMs apply after a restart; keeping the current ones',
         );
       }
-      upstream = { ...rules.upstream, url: upstream.url, connections: upstream.connections };
+      // The pool was built with these: they stay, and so do the messages that quote them.
+      upstream = {
+        ...rules.upstream,
+        url: upstream.url,
+        connections: upstream.connections,
+        connectTimeoutMs: upstream.connectTimeoutMs,
+      };
       applyServerTimeouts(server, rules);
       active = next;
     },
@@ -1085,7 +1176,11 @@ function writeRawResponse(
 
 /** A request or an upgrade waiting for one of the pool's connections. */
 interface PoolTurn {
-  /** A connection is free for it: it takes it, or, answered while it waited, lets the next one have it. */
+  /** In the proxy's queue (`waiting`). */
+  queued: boolean;
+  /** Still wants a connection: not answered or abandoned while it waited. */
+  readonly wanted: boolean;
+  /** A connection is free for it: it takes it. */
   takeTurn(): void;
 }
 

@@ -27,7 +27,13 @@ const upstreamSchema = z.strictObject({
   url: z.string().min(1),
   /** Pooled connections to the upstream, default 128. */
   connections: positiveInt(10_000).default(128),
-  connectTimeoutMs: timeoutMs.default(5_000),
+  /**
+   * Requests that wait for a pooled connection when all are busy, at most: past it, 503. Bounds
+   * what a stalled upstream lets clients pile up in the proxy. 0: none wait.
+   */
+  maxQueued: z.number().int().min(0).max(1_000_000).default(1_024),
+  /** No connection within this long: 504. At least 1 ms (undici reads 0 as its own 10 s default). */
+  connectTimeoutMs: positiveInt(86_400_000).default(5_000),
   /** No response headers within this long: 504. 0 disables. */
   headersTimeoutMs: timeoutMs.default(30_000),
   /** No response body bytes for this long: the response is cut. 0 disables. */
