@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
-import { compileKeyTemplate } from '../../src/http/rules/key-template.js';
+import { compileKeyTemplate, MAX_KEY_BYTES } from '../../src/http/rules/key-template.js';
 import { matchBuckets, type RequestFacts } from '../../src/http/rules/match-buckets.js';
 import { loadProxyRules, parseProxyRules } from '../../src/http/rules/proxy-rules.js';
 import {
@@ -237,6 +237,38 @@ describe('key templates', () => {
     assert.match(unsafe, /^k=h\.[0-9a-f]{16}$/);
     assert.match(compileKeyTemplate('k={headerHash:x-api-key}', []).render(context), /^k=[0-9a-f]{16}$/);
     assert.equal(compileKeyTemplate('k={header:x-missing}', []).render(context), 'k=-');
+  });
+
+  it('folds a rendered key over MAX_KEY_BYTES to its leading text and a hash of the whole key', () => {
+    const template = compileKeyTemplate('caller:{header:a}:{header:b}', []);
+    const render = (a: string, b: string) =>
+      template.render({ ...context, header: (name: string) => ({ a, b })[name] });
+    const short = render('x', 'y');
+    assert.equal(short, 'caller:x:y');
+    const long = render('a'.repeat(128), 'b'.repeat(128));
+    assert.match(long, /^caller:~h\.[0-9a-f]{32}$/);
+    assert.ok(Buffer.byteLength(long) <= MAX_KEY_BYTES);
+    assert.notEqual(render('a'.repeat(128), 'c'.repeat(128)), long, 'distinct values stay distinct keys');
+    assert.equal(render('a'.repeat(128), 'b'.repeat(128)), long, 'and the same values the same key');
+    // Exactly at the bound: kept as rendered.
+    const atBound = render('a'.repeat(128), 'b'.repeat(MAX_KEY_BYTES - 'caller::'.length - 128));
+    assert.equal(Buffer.byteLength(atBound), MAX_KEY_BYTES);
+    assert.ok(atBound.endsWith('bbb'));
+    // Multi-byte literal text counts in UTF-8 bytes, as the global limiter counts it.
+    const wide = compileKeyTemplate(`${'é'.repeat(60)}:{header:a}`, []).render({
+      ...context,
+      header: () => 'v'.repeat(100),
+    });
+    assert.ok(Buffer.byteLength(wide) <= MAX_KEY_BYTES, `${Buffer.byteLength(wide)} bytes`);
+    assert.ok(wide.includes('~h.'));
+  });
+
+  it('rejects a constant key over MAX_KEY_BYTES and a route parameter named __proto__', () => {
+    assert.throws(
+      () => compileKeyTemplate('k'.repeat(MAX_KEY_BYTES + 1), []),
+      /a key of 201 bytes; at most 200/,
+    );
+    assert.throws(() => compileRoutePattern('/x/:__proto__'), /":__proto__" is reserved/);
   });
 
   it('renders HEAD as GET in {method} unless headMatchesGet is off', () => {

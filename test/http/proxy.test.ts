@@ -62,6 +62,42 @@ describe('spillway proxy: limiting', () => {
     );
   });
 
+  it('long header values cannot add up to a key the limiter refuses: it would admit the request', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: caller
+    key: "caller:{header:x-org}:{header:x-app}:{header:x-user}:{header:x-device}"
+    limit: 2
+    windowSec: 60
+`);
+    // 128 characters each: every value is kept as sent, the key is 4 x 128 + 20 characters long.
+    const long = (name: string) => `${name}-${'v'.repeat(128 - name.length - 1)}`;
+    const headers = {
+      'x-org': long('org'),
+      'x-app': long('app'),
+      'x-user': long('user'),
+      'x-device': long('dev'),
+    };
+    const statuses: number[] = [];
+    for (let i = 0; i < 3; i++) statuses.push((await send(`${proxy.base}/x`, { headers })).status);
+    assert.deepEqual(statuses, [200, 200, 429]);
+    // Another caller is another key.
+    const other = await send(`${proxy.base}/x`, { headers: { ...headers, 'x-user': long('usr') } });
+    assert.equal(other.status, 200);
+    assert.equal(await metricValue(proxy.registry, 'spillway_proxy_decisions_total', { result: 'error' }), 0);
+    assert.equal(upstream.seen.length, 3);
+  });
+
+  it('a key that reads a header named __proto__ renders it missing, not a server error', async () => {
+    const { proxy } = await setup(`${LOCAL}buckets:
+  - name: odd
+    key: "odd:{header:__proto__}:{headerHash:__proto__}"
+    limit: 1
+    windowSec: 60
+`);
+    assert.equal((await send(`${proxy.base}/x`)).status, 200);
+    assert.equal((await send(`${proxy.base}/x`)).status, 429);
+  });
+
   it('decides every matching bucket: all must allow, each is charged, the rejecting one is named', async () => {
     const { proxy } = await setup(`${LOCAL}buckets:
   - name: per-caller

@@ -1114,8 +1114,9 @@ function sameHeaderName(raw: string, lowerCaseName: string): boolean {
 
 function headerValue(req: IncomingMessage, name: string): string | undefined {
   const value = req.headers[name];
-  if (value === undefined) return undefined;
-  return Array.isArray(value) ? value.join(', ') : value;
+  if (typeof value === 'string') return value;
+  // Not `undefined` alone: `req.headers` is a plain object, whose `__proto__` is no header.
+  return Array.isArray(value) ? value.join(', ') : undefined;
 }
 
 const CLIENT_GONE = 'the client closed the connection before its response was complete';

@@ -13,7 +13,11 @@ import { createHash } from 'node:crypto';
  * | `{headerHash:x-api-key}` | the first 16 hex digits of the value's SHA-256: keeps secrets out of keys, logs and the controller |
  *
  * A value made of anything but `[A-Za-z0-9._~:@/+=-]`, or longer than 128 characters, is replaced by
- * `h.` and its hash prefix, so a hostile header cannot inject separators or blow up key length. A
+ * `h.` and its hash prefix, so a hostile header cannot inject separators or blow up key length.
+ * Several placeholders can still add up past what a limiter takes (the global limiter's keys are at
+ * most 256 bytes, the others' 512 characters; a limiter that refuses a key would admit the
+ * request): a rendered key over `MAX_KEY_BYTES` is folded to the template's leading text, `~h.`
+ * and 32 hex digits of the whole key's SHA-256, still one key per distinct value. A
  * missing value renders as `-`: every request without the header shares one bucket (omitting
  * the header is never a way around the limit). A header sent on more than one line has no one value
  * (upstreams differ on which they read): the proxy refuses such a request before any bucket is
@@ -48,6 +52,10 @@ export interface KeyTemplate {
 
 const MISSING = '-';
 const MAX_VALUE_LENGTH = 128;
+/** Under every limiter's key bound (the global limiter's default, 256 bytes, is the smallest). */
+export const MAX_KEY_BYTES = 200;
+/** Of the template's leading text, what a folded key keeps (at most 3 bytes each in UTF-8). */
+const FOLDED_HEAD_LENGTH = 48;
 const SAFE_VALUE = /^[A-Za-z0-9._~:@/+=-]+$/;
 const HEADER_NAME = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/;
 
@@ -80,6 +88,10 @@ export function compileKeyTemplate(
   if (parts.length === 0) throw new Error('key template is empty');
   const literal = parts.every((part) => typeof part === 'string');
   const constant = literal ? parts.join('') : undefined;
+  if (constant !== undefined && Buffer.byteLength(constant) > MAX_KEY_BYTES) {
+    throw new Error(`"${source}": a key of ${Buffer.byteLength(constant)} bytes; at most ${MAX_KEY_BYTES}`);
+  }
+  const head = typeof parts[0] === 'string' ? parts[0].slice(0, FOLDED_HEAD_LENGTH) : '';
   return {
     source,
     constant,
@@ -88,7 +100,9 @@ export function compileKeyTemplate(
       if (constant !== undefined) return constant;
       let key = '';
       for (const part of parts) key += typeof part === 'string' ? part : part(context);
-      return key;
+      // Under a third of the bound in UTF-16 units cannot be over it in UTF-8 bytes.
+      if (key.length <= MAX_KEY_BYTES / 3 || Buffer.byteLength(key) <= MAX_KEY_BYTES) return key;
+      return `${head}~h.${createHash('sha256').update(key).digest('hex').slice(0, 32)}`;
     },
   };
 }

@@ -70,6 +70,8 @@ export function compileRoutePattern(source: string, matching = DEFAULT_PATH_MATC
       const name = part.slice(1);
       if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name))
         throw new Error(`"${source}": bad parameter name "${part}"`);
+      // Captured into a plain object, where this name is its prototype, not a property.
+      if (name === '__proto__') throw new Error(`"${source}": parameter name ":__proto__" is reserved`);
       if (paramNames.includes(name)) throw new Error(`"${source}": parameter ":${name}" appears twice`);
       paramNames.push(name);
       segments.push({ kind: 'param', name });
