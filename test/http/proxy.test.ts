@@ -481,6 +481,8 @@ describe('spillway proxy: forwarding', () => {
       res.setHeader('Connection', 'x-upstream-hop');
       res.setHeader('X-Upstream-Hop', 'secret');
       res.setHeader('Keep-Alive', 'timeout=99');
+      res.setHeader('Proxy-Authentication-Info', 'nextnonce="abc"');
+      res.setHeader('Proxy-Status', 'upstream-cache; hit');
       res.setHeader('X-Kept', 'yes');
       res.end('ok');
     });
@@ -499,6 +501,12 @@ describe('spillway proxy: forwarding', () => {
     assert.equal(response.headers['x-upstream-hop'], undefined);
     assert.equal(response.headers['x-kept'], 'yes');
     assert.notEqual(response.headers['keep-alive'], 'timeout=99');
+    assert.equal(response.headers['proxy-authentication-info'], undefined);
+    assert.equal(
+      response.headers['proxy-status'],
+      'upstream-cache; hit',
+      'an end-to-end Proxy-* field passes',
+    );
     const seen = upstream.seen[0]!;
     assert.equal(seen.url, '/path?q=1');
     assert.equal(seen.headers['x-client-hop'], undefined);

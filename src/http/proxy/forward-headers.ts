@@ -3,13 +3,17 @@ import type { IncomingHttpHeaders } from 'node:http';
 /**
  * Hop-by-hop fields (RFC 9110 §7.6.1) describe one connection, not the message: a proxy consumes
  * them and never forwards them, and also drops every field the Connection header names.
- * `proxy-connection` is the non-standard cousin some clients still send.
+ * `proxy-connection` is the non-standard cousin some clients still send. The proxy
+ * authentication fields address the next proxy on the chain, which is this one (RFC 9110 §11.7):
+ * a client's credentials for it, or an upstream's challenge and answer to a next hop that is not
+ * the client. Other `Proxy-*` fields are end to end (`Proxy-Status`, RFC 9209) and pass.
  */
 const HOP_BY_HOP = new Set([
   'connection',
   'keep-alive',
   'proxy-connection',
   'proxy-authenticate',
+  'proxy-authentication-info',
   'proxy-authorization',
   'te',
   'trailer',
