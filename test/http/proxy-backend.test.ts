@@ -106,16 +106,14 @@ describe('proxy backend: global', () => {
     }
   });
 
-  it('a fixed key the limiter refuses is a startup error, not a per-request failure', async () => {
-    const rules = globalRules(
-      `  - name: wide\n    key: "${'é'.repeat(200)}"\n    limit: 1\n    windowSec: 1\n`,
+  it('a fixed key the limiter would refuse is a config error, not a per-request failure', () => {
+    assert.throws(
+      () => globalRules(`  - name: wide\n    key: "${'é'.repeat(200)}"\n    limit: 1\n    windowSec: 1\n`),
+      {
+        code: 'ERR_SPILLWAY_INVALID_CONFIG',
+        message: /buckets\[0\]\.key: .*: a key of 400 bytes; at most 200$/,
+      },
     );
-    const backend = createProxyBackend(rules.backend, { id: 'test' });
-    try {
-      assert.throws(() => backend.limiterFor(rules.buckets[0]!), { code: 'ERR_SPILLWAY_INVALID_KEY' });
-    } finally {
-      await backend.close();
-    }
   });
 });
 
@@ -146,6 +144,12 @@ buckets:
       { bucket: 'fixed', keys: 1, maxKeys: 50, evictions: 0 },
       { bucket: 'per-key', keys: 50, maxKeys: 50, evictions: 30 },
     ]);
+    // A reload removes `per-key`: its table goes with it; brought back, it starts empty.
+    backend.keepOnly(new Set(['fixed']));
+    assert.deepEqual(backend.keyTables(), [{ bucket: 'fixed', keys: 1, maxKeys: 50, evictions: 0 }]);
+    assert.equal(backend.limiterFor(rules.buckets[0]!), fixed, 'a kept bucket keeps its limiter and counts');
+    assert.notEqual(backend.limiterFor(rules.buckets[1]!), perKey);
+    assert.deepEqual(backend.keyTables()[1], { bucket: 'per-key', keys: 0, maxKeys: 50, evictions: 0 });
     await backend.close();
   });
 });

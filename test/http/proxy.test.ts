@@ -703,6 +703,7 @@ describe('spillway proxy: forwarding', () => {
       close: async () => {},
       accepts: () => true,
       keyTables: () => [],
+      keepOnly: () => {},
     };
     const allow: Decision = {
       allowed: true,

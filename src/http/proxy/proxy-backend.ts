@@ -48,6 +48,12 @@ export interface ProxyBackend {
    * whose keys live in Redis, and for `global`, whose one table the limiter's own metrics export).
    */
   keyTables(): KeyTableStats[];
+  /**
+   * Drops the limiters (and a local bucket's key table) of buckets not named here: those a reload
+   * removed or renamed, which would otherwise hold their memory until a restart. A removed bucket
+   * that comes back later starts fresh.
+   */
+  keepOnly(bucketNames: ReadonlySet<string>): void;
 }
 
 /** One local bucket's key table: how full it is and how many live keys it had to drop. */
@@ -82,6 +88,13 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
     return limiter;
   };
   const sameConfig = (other: BackendConfig) => JSON.stringify(other) === JSON.stringify(config);
+  const keepOnly = (bucketNames: ReadonlySet<string>, tables?: Map<string, unknown>) => {
+    for (const name of cache.keys()) {
+      if (bucketNames.has(name)) continue;
+      cache.delete(name);
+      tables?.delete(name);
+    }
+  };
 
   switch (config.kind) {
     case 'local': {
@@ -115,6 +128,7 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
             maxKeys: table.maxKeys,
             evictions: table.evictions,
           })),
+        keepOnly: (bucketNames) => keepOnly(bucketNames, tables),
       };
     }
     case 'redis': {
@@ -164,6 +178,7 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
         },
         accepts: sameConfig,
         keyTables: () => [],
+        keepOnly,
       };
     }
     case 'global': {
@@ -207,6 +222,8 @@ export function createProxyBackend(config: BackendConfig, options: ProxyBackendO
         close: () => limiter.stop({ finalReport: true }),
         accepts: sameConfig,
         keyTables: () => [],
+        // One limiter for every bucket; pinned fixed keys stay pinned (see above).
+        keepOnly: () => {},
       };
     }
   }

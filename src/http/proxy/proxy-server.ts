@@ -1009,6 +1009,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       };
       applyServerTimeouts(server, rules);
       active = next;
+      // Requests still deciding under the old rules hold their limiters; only the backend lets go.
+      backend.keepOnly(new Set(rules.buckets.map((bucket) => bucket.config.name)));
     },
     async close({ drainTimeoutMs = 10_000 } = {}) {
       draining = true;
