@@ -286,6 +286,76 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     assert.equal(held.length, 0, 'the upstream never saw the upgrade');
   });
 
+  it("relays an upstream's answer other than 101 (a WebSocket endpoint's 401) with RateLimit fields, then closes", async () => {
+    // No 'upgrade' listener: Node hands upgrade requests to the request handler, which refuses.
+    const upstream = await startUpstream((req, res) => {
+      if (req.url === '/socket') {
+        res.writeHead(401, {
+          'content-type': 'application/json',
+          'content-length': '26',
+          'www-authenticate': 'Bearer',
+          'x-kept': 'yes',
+        });
+        res.end('{"error":"login required"}');
+      } else {
+        // An endpoint that ignores the upgrade: 200 with a chunked body.
+        res.write('part one, ');
+        res.end('part two');
+      }
+    });
+    const { proxy } = await fixtures.start(
+      `backend:\n  kind: local\nbuckets:\n  - name: ws\n    limit: 5\n    windowSec: 60\n`,
+      upstream,
+    );
+    const refused = await openUpgrade(`${proxy.base}/socket`);
+    assert.equal(refused.status, 401);
+    assert.equal(refused.body, '{"error":"login required"}');
+    assert.equal(refused.headers['www-authenticate'], 'Bearer');
+    assert.equal(refused.headers['x-kept'], 'yes');
+    assert.equal(refused.headers['content-length'], '26');
+    assert.equal(refused.headers['ratelimit-policy'], '"ws";q=5;w=60');
+    assert.equal(refused.headers.connection, 'close');
+    const ignored = await openUpgrade(`${proxy.base}/plain`);
+    assert.equal(ignored.status, 200);
+    assert.equal(ignored.body, 'part one, part two', 'a body without a length is delimited by the close');
+    assert.equal(await outcome(proxy, 'forwarded'), 2);
+    assert.equal(await outcome(proxy, 'upstream_error'), 0);
+    await until('both connections are released', () => proxy.proxy.inFlight === 0);
+    assert.equal((await fetch(`${proxy.base}/after`)).status, 200, 'the pooled connection is free again');
+  });
+
+  it('relays the 101 with its own fields and the RateLimit fields merged, not hop-by-hop ones', async () => {
+    const upstream = await startUpstream();
+    const held: Socket[] = [];
+    upstream.server.on('upgrade', (_req, socket: Socket) => {
+      held.push(socket);
+      socket.on('error', () => {});
+      socket.write(
+        'HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade, X-Hop\r\nX-Hop: 1\r\n' +
+          'Sec-WebSocket-Accept: abc\r\nKeep-Alive: timeout=5\r\nRateLimit-Policy: "app";q=2;w=60\r\nRateLimit: "app";r=1;t=60\r\n\r\n',
+      );
+    });
+    const { proxy } = await fixtures.start(
+      `backend:\n  kind: local\nbuckets:\n  - name: ws\n    limit: 5\n    windowSec: 60\n`,
+      upstream,
+    );
+    // Closed before the upstream server, which would wait for them.
+    fixtures.track(async () => {
+      for (const socket of held) socket.destroy();
+    });
+    const opened = await openUpgrade(`${proxy.base}/socket`);
+    assert.equal(opened.status, 101);
+    opened.socket!.destroy();
+    assert.equal(opened.headers.upgrade, 'websocket');
+    assert.equal(opened.headers.connection, 'upgrade');
+    assert.equal(opened.headers['sec-websocket-accept'], 'abc');
+    assert.equal(opened.headers['x-hop'], undefined);
+    assert.equal(opened.headers['keep-alive'], undefined);
+    // The upstream's own policy and the proxy's, merged into one field each (not a second line).
+    assert.equal(opened.headers['ratelimit-policy'], '"app";q=2;w=60, "ws";q=5;w=60');
+    assert.equal(opened.headers.ratelimit, '"app";r=1;t=60, "ws";r=4;t=12');
+  });
+
   it('an upstream that ends right after its 101 closes the tunnel', async () => {
     const upstream = await startUpstream();
     upstream.server.on('upgrade', (_req, socket: Socket) => {

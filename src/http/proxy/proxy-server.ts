@@ -31,9 +31,10 @@ import {
   type ProxyMetrics,
   type ProxyOutcome,
 } from './proxy-metrics.js';
-import { mergeRateLimitFields } from './rate-limit-merge.js';
+import { addRateLimitFields } from './rate-limit-merge.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { CLOSE_GRACE_MS, joinTunnel, type Tunnel } from './tunnel.js';
+import { switchingProtocolsHead, type UpgradeAnswer, UpstreamUpgrade } from './upstream-upgrade.js';
 
 export interface ProxyLogger {
   info(obj: object, msg: string): void;
@@ -717,28 +718,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.recordHeadersWait();
       const res = this.res;
       const responseHeaders = clientResponseHeaders(headers);
-      const limitHeaders = this.limitHeaders;
-      const ourPolicy = limitHeaders['RateLimit-Policy'];
-      if (
-        ourPolicy !== undefined &&
-        responseHeaders['ratelimit-policy'] === undefined &&
-        responseHeaders.ratelimit === undefined
-      ) {
-        // The usual case: the upstream sent no RateLimit fields. Added without the merge, and
-        // without `delete`, which would turn the header object into a slow dictionary for writeHead.
-        responseHeaders['RateLimit-Policy'] = ourPolicy;
-        const ourLimit = limitHeaders.RateLimit;
-        if (ourLimit !== undefined) responseHeaders.RateLimit = ourLimit;
-      } else if (ourPolicy !== undefined) {
-        const merged = mergeRateLimitFields(
-          { policy: limitHeaders['RateLimit-Policy'], limit: limitHeaders.RateLimit },
-          { policy: responseHeaders['ratelimit-policy'], limit: responseHeaders.ratelimit },
-        );
-        delete responseHeaders['ratelimit-policy'];
-        delete responseHeaders.ratelimit;
-        if (merged.policy !== undefined) responseHeaders['RateLimit-Policy'] = merged.policy;
-        if (merged.limit !== undefined) responseHeaders.RateLimit = merged.limit;
-      }
+      addRateLimitFields(responseHeaders, this.limitHeaders);
       // The upstream answers before it has the whole body (a 413, a 401, an echo): the rest of
       // the upload has to be read before this connection could carry another request.
       if (this.body !== null && !this.req.complete) this.closeAfterResponse();
@@ -887,21 +867,27 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         waitForPool(turn);
         await Promise.race([turn.granted.then(() => (holdsConnection = true)), abandoned]);
       }
-      let upgrading: Promise<Dispatcher.UpgradeData> | undefined;
-      let upgradedUpstream: Dispatcher.UpgradeData | undefined;
+      let upgrading: UpstreamUpgrade | undefined;
+      let answer: UpgradeAnswer | undefined;
       let failure: unknown;
       if (holdsConnection && !abort.signal.aborted) {
-        upgrading = pool.upgrade({
-          path: target,
-          method: req.method ?? 'GET',
-          headers,
-          protocol: headerValue(req, 'upgrade') ?? 'websocket',
-          signal: abort.signal,
-        });
-        // Answered or failed, undici is done with the pooled connection (a 101 detaches it).
-        upgrading.then(leavePool, leavePool);
+        upgrading = new UpstreamUpgrade(socket, limitHeaders, abort.signal);
+        // Upgraded (detached), answered whole or failed, undici is done with the pooled connection.
+        upgrading.finished.then(leavePool);
+        pool.dispatch(
+          {
+            path: target,
+            method: (req.method ?? 'GET') as Dispatcher.HttpMethod,
+            headers,
+            upgrade: headerValue(req, 'upgrade') ?? 'websocket',
+            // Ours runs from the decision, queue time included (above).
+            headersTimeout: 0,
+            bodyTimeout: upstream.bodyTimeoutMs,
+          },
+          upgrading,
+        );
         try {
-          upgradedUpstream = await Promise.race([upgrading, abandoned]);
+          answer = await Promise.race([upgrading.answer, abandoned]);
         } catch (error) {
           failure = error;
         }
@@ -912,11 +898,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       clearTimeout(deadline);
       stopWatching();
       if (abort.signal.aborted) {
-        // An upgrade that succeeds after all is closed at once.
-        upgrading?.then(
-          (late) => late.socket.destroy(),
-          () => {},
-        );
+        // An upgrade that succeeds after all is closed at once (UpstreamUpgrade sees the abort).
         if (timedOut) {
           const queued = upgrading === undefined;
           const outcome = queued ? 'upstream_queue_timeout' : 'upstream_timeout';
@@ -933,7 +915,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         }
         return;
       }
-      if (upgradedUpstream === undefined) {
+      if (answer === undefined) {
         const described = describeUpstreamFailure(failure, upstream);
         metrics.request(described.outcome);
         writeRawResponse(socket, described.status, limitHeaders, {
@@ -942,15 +924,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         });
         return;
       }
-      const upstreamSocket = upgradedUpstream.socket;
       metrics.request('forwarded');
-      let handshake = 'HTTP/1.1 101 Switching Protocols\r\n';
-      for (const [name, value] of Object.entries(upgradedUpstream.headers)) {
-        if (value === undefined) continue;
-        for (const item of Array.isArray(value) ? value : [value]) handshake += `${name}: ${item}\r\n`;
-      }
-      for (const [name, value] of Object.entries(limitHeaders)) handshake += `${name}: ${value}\r\n`;
-      socket.write(`${handshake}\r\n`);
+      // Another answer is on its way to the client (UpstreamUpgrade relays it, then closes).
+      if (answer.kind === 'answered') return;
+      const upstreamSocket = answer.socket;
+      socket.write(switchingProtocolsHead(answer.headers, limitHeaders));
       if (head.length > 0) upstreamSocket.write(head);
       const tunnel = joinTunnel(socket, upstreamSocket, rules.rules.server.upgradeIdleTimeoutMs, () => {
         tunnels.delete(tunnel);

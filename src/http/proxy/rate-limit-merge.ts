@@ -29,6 +29,34 @@ interface Member {
   params: Map<string, string>;
 }
 
+/**
+ * Adds the proxy's fields (`limitHeaders`, as `rateLimitHeaders` renders them) to an upstream
+ * response's fields, in place, merged with any `RateLimit` fields the upstream sent.
+ */
+export function addRateLimitFields(
+  responseHeaders: Record<string, string | string[]>,
+  limitHeaders: Readonly<Record<string, string>>,
+): void {
+  const ourPolicy = limitHeaders['RateLimit-Policy'];
+  if (ourPolicy === undefined) return;
+  if (responseHeaders['ratelimit-policy'] === undefined && responseHeaders.ratelimit === undefined) {
+    // The usual case: the upstream sent no RateLimit fields. Added without the merge, and
+    // without `delete`, which would turn the header object into a slow dictionary for writeHead.
+    responseHeaders['RateLimit-Policy'] = ourPolicy;
+    const ourLimit = limitHeaders.RateLimit;
+    if (ourLimit !== undefined) responseHeaders.RateLimit = ourLimit;
+    return;
+  }
+  const merged = mergeRateLimitFields(
+    { policy: ourPolicy, limit: limitHeaders.RateLimit },
+    { policy: responseHeaders['ratelimit-policy'], limit: responseHeaders.ratelimit },
+  );
+  delete responseHeaders['ratelimit-policy'];
+  delete responseHeaders.ratelimit;
+  if (merged.policy !== undefined) responseHeaders['RateLimit-Policy'] = merged.policy;
+  if (merged.limit !== undefined) responseHeaders.RateLimit = merged.limit;
+}
+
 export function mergeRateLimitFields(
   ours: { policy: string | undefined; limit: string | undefined },
   upstream: { policy: string | string[] | undefined; limit: string | string[] | undefined },
