@@ -367,4 +367,32 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     assert.equal(result.status, 200);
     assert.equal(result.body, `got ${totalBytes}`);
   });
+
+  it('answers 504 when the upstream takes no request body bytes for upstream.sendTimeoutMs, and frees its connection', async () => {
+    const { upstream, proxy } = await fixtures.start(
+      rules(),
+      (req, res) => {
+        // Reads nothing and never answers: a hung upstream.
+        if (req.url === '/after') res.end('ok');
+      },
+      '\n  connections: 1\n  sendTimeoutMs: 500\n  headersTimeoutMs: 0',
+    );
+    // Far more than the socket buffers between proxy and upstream hold.
+    const totalBytes = 64 * 1024 * 1024;
+    const { req, response } = upload(`${proxy.base}/upload`, totalBytes);
+    req.on('error', () => {});
+    req.end(Buffer.alloc(totalBytes, 1));
+    const startedMs = performance.now();
+    const result = await response;
+    assert.equal(result.status, 504);
+    assert.deepEqual(JSON.parse(result.body), {
+      error: 'upstream_timeout',
+      message: 'upstream took no request body bytes for 500 ms',
+    });
+    assert.ok(performance.now() - startedMs < 10_000);
+    assert.equal(await outcome(proxy, 'upstream_timeout'), 1);
+    // The hung request's connection was closed: the next request gets a new one.
+    assert.equal((await send(`${proxy.base}/after`)).body, 'ok');
+    assert.equal(upstream.seen.length, 2);
+  });
 });

@@ -503,7 +503,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         protocol: 'http',
         preserveHost: upstream.preserveHost,
       });
-      this.body = hasBody(req) ? new RequestBody(req, this, rules.rules.server.bodyTimeoutMs) : null;
+      this.body = hasBody(req)
+        ? new RequestBody(req, this, rules.rules.server.bodyTimeoutMs, upstream.sendTimeoutMs)
+        : null;
       this.limitHeaders = limitHeaders;
       this.forwarded = true;
       this.startedMs = performance.now();
@@ -633,6 +635,25 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         );
       }
       this.controller?.abort(new ExchangeAbortError('the client stopped sending the request body'));
+    }
+
+    /** The upstream took no request body bytes for `timeoutMs`: 504, or a cut response. */
+    bodyStuckUpstream(timeoutMs: number): void {
+      if (this.outcome !== undefined) return;
+      this.settle('upstream_timeout');
+      const res = this.res;
+      if (res.headersSent) {
+        res.destroy();
+      } else {
+        this.closeAfterResponse();
+        sendJson(
+          res,
+          504,
+          { error: 'upstream_timeout', message: `upstream took no request body bytes for ${timeoutMs} ms` },
+          this.limitHeaders,
+        );
+      }
+      this.controller?.abort(new ExchangeAbortError('the upstream stopped taking the request body'));
     }
 
     /**

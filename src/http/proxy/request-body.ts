@@ -3,7 +3,19 @@ import type { IncomingMessage } from 'node:http';
 /** What a `RequestBody` reports to. */
 export interface BodyOwner {
   bodySent(): void;
+  /** The client sent no body bytes for `timeoutMs` while the proxy was ready for more. */
   bodyIdle(timeoutMs: number): void;
+  /** The upstream took no body bytes for `timeoutMs` while the proxy had some for it. */
+  bodyStuckUpstream(timeoutMs: number): void;
+}
+
+/** Who the body is waiting for. */
+enum Wait {
+  /** undici asked for the next chunk: the client's turn (`idleTimeoutMs`). */
+  Client,
+  /** A chunk was handed to undici, which has not asked for the next: the upstream's turn (`sendTimeoutMs`). */
+  Upstream,
+  Stopped,
 }
 
 /**
@@ -11,21 +23,29 @@ export interface BodyOwner {
  * Through an iterator that does not destroy `req` when undici stops reading (`return()`), so a
  * failed upstream still leaves the client connection able to carry the 502.
  *
- * The idle timer runs only while undici waits for the client's next chunk, not while the upstream
- * is slow to take the last one (then the proxy is not reading, and the client is not idle by
- * choice): a pause longer than `idleTimeoutMs` (0: none) is reported once. One timer per body,
- * refreshed per chunk.
+ * Two bounds, each on the side the body waits for (0: none):
+ * - the client: a pause longer than `idleTimeoutMs` while undici waits for its next chunk (nginx's
+ *   `client_body_timeout`). Not while the upstream is slow to take the last one: then the proxy is
+ *   not reading, and the client is not idle by choice.
+ * - the upstream: longer than `sendTimeoutMs` between a chunk handed to undici and undici asking
+ *   for the next, i.e. the upstream socket took nothing (nginx's `proxy_send_timeout`). Without
+ *   it an upstream that stops reading mid-upload and never answers holds the request and its
+ *   pooled connection for ever: the headers deadline waits for the body to be sent.
+ *
+ * Each is reported once. One timer per body: it fires at most once per the shorter bound and
+ * checks the time spent in the current wait; a chunk only notes the time.
  */
 export class RequestBody implements AsyncIterableIterator<Buffer> {
   private readonly chunks: AsyncIterableIterator<Buffer>;
   private timer: NodeJS.Timeout | undefined = undefined;
-  private waiting = false;
-  private stopped = false;
+  private wait = Wait.Client;
+  private waitStartedMs = 0;
 
   constructor(
     req: IncomingMessage,
     private readonly owner: BodyOwner,
     private readonly idleTimeoutMs: number,
+    private readonly sendTimeoutMs: number,
   ) {
     this.chunks = req.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>;
   }
@@ -35,20 +55,14 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
   }
 
   async next(): Promise<IteratorResult<Buffer>> {
-    if (this.idleTimeoutMs > 0 && !this.stopped) {
-      this.waiting = true;
-      if (this.timer === undefined) this.timer = setTimeout(bodyIdleFired, this.idleTimeoutMs, this);
-      else this.timer.refresh();
-    }
-    let result: IteratorResult<Buffer>;
-    try {
-      result = await this.chunks.next();
-    } finally {
-      this.waiting = false;
-    }
+    if (this.wait !== Wait.Stopped) this.waitFor(Wait.Client);
+    const result = await this.chunks.next();
     if (result.done) {
       this.stop();
       this.owner.bodySent();
+      // Stopped while the chunk was awaited (the exchange settled): no more timing.
+    } else if ((this.wait as Wait) !== Wait.Stopped) {
+      this.waitFor(Wait.Upstream);
     }
     return result;
   }
@@ -58,17 +72,53 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
     return this.chunks.return?.() ?? Promise.resolve({ done: true, value: undefined });
   }
 
-  /** The timer fired: idle only if undici has been waiting for the client all along. */
+  /** The timer fired: reports the current wait if it has lasted its bound, else waits out the rest. */
   fired(): void {
-    if (this.waiting && !this.stopped) this.owner.bodyIdle(this.idleTimeoutMs);
+    this.timer = undefined;
+    if (this.wait === Wait.Stopped) return;
+    const boundMs = this.boundOf(this.wait);
+    const waitedMs = performance.now() - this.waitStartedMs;
+    if (boundMs > 0 && waitedMs >= boundMs - 1) {
+      const wait = this.wait;
+      this.stop();
+      if (wait === Wait.Client) this.owner.bodyIdle(boundMs);
+      else this.owner.bodyStuckUpstream(boundMs);
+      return;
+    }
+    this.arm(boundMs > 0 ? boundMs - waitedMs : this.shortestBoundMs());
   }
 
   stop(): void {
-    this.stopped = true;
+    this.wait = Wait.Stopped;
     clearTimeout(this.timer);
+    this.timer = undefined;
+  }
+
+  private waitFor(wait: Wait.Client | Wait.Upstream): void {
+    this.wait = wait;
+    this.waitStartedMs = performance.now();
+    if (this.timer === undefined) {
+      const shortest = this.shortestBoundMs();
+      if (shortest > 0) this.arm(shortest);
+    }
+  }
+
+  private arm(delayMs: number): void {
+    this.timer = setTimeout(bodyTimerFired, Math.max(1, delayMs), this);
+  }
+
+  private boundOf(wait: Wait): number {
+    return wait === Wait.Client ? this.idleTimeoutMs : this.sendTimeoutMs;
+  }
+
+  /** The shorter of the two bounds that are set; 0 when neither is. */
+  private shortestBoundMs(): number {
+    if (this.idleTimeoutMs === 0) return this.sendTimeoutMs;
+    if (this.sendTimeoutMs === 0) return this.idleTimeoutMs;
+    return Math.min(this.idleTimeoutMs, this.sendTimeoutMs);
   }
 }
 
-function bodyIdleFired(body: RequestBody): void {
+function bodyTimerFired(body: RequestBody): void {
   body.fired();
 }

@@ -36,6 +36,11 @@ const upstreamSchema = z.strictObject({
   connectTimeoutMs: positiveInt(86_400_000).default(5_000),
   /** No response headers within this long: 504. 0 disables. */
   headersTimeoutMs: timeoutMs.default(30_000),
+  /**
+   * The upstream takes no request body bytes for this long while the proxy has some for it: 504
+   * (nginx's proxy_send_timeout). 0 disables.
+   */
+  sendTimeoutMs: timeoutMs.default(60_000),
   /** No response body bytes for this long: the response is cut. 0 disables. */
   bodyTimeoutMs: timeoutMs.default(300_000),
   /** Send the client's Host header upstream instead of the upstream's own. Default false. */
