@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { request } from 'node:http';
+import { type IncomingMessage, request } from 'node:http';
 import { describe, it } from 'node:test';
+import { RequestBody } from '../../src/http/proxy/request-body.js';
 import { until } from '../helpers/until.js';
 import {
   bodyLength,
@@ -146,5 +147,74 @@ describe('spillway proxy: request bodies', () => {
       req.write(Buffer.alloc(64 * 1024, 1));
     });
     assert.deepEqual(result, { status: 413, body: 'too large' });
+  });
+});
+
+describe('RequestBody: the client and upstream bounds', () => {
+  /** A body whose chunks the test hands out, and what it reported when. */
+  function controlledBody(idleTimeoutMs: number, sendTimeoutMs: number) {
+    const pending: ((result: IteratorResult<Buffer>) => void)[] = [];
+    const req = {
+      iterator: () => ({
+        next: () => new Promise<IteratorResult<Buffer>>((resolve) => pending.push(resolve)),
+        return: async () => ({ done: true as const, value: undefined }),
+        [Symbol.asyncIterator]() {
+          return this;
+        },
+      }),
+    } as unknown as IncomingMessage;
+    const reports: { kind: string; timeoutMs: number; atMs: number }[] = [];
+    const startedMs = performance.now();
+    const owner = {
+      bodySent: () => reports.push({ kind: 'sent', timeoutMs: 0, atMs: performance.now() - startedMs }),
+      bodyIdle: (timeoutMs: number) =>
+        reports.push({ kind: 'idle', timeoutMs, atMs: performance.now() - startedMs }),
+      bodyStuckUpstream: (timeoutMs: number) =>
+        reports.push({ kind: 'stuck', timeoutMs, atMs: performance.now() - startedMs }),
+    };
+    const body = new RequestBody(req, owner, idleTimeoutMs, sendTimeoutMs);
+    return { body, pending, reports };
+  }
+
+  it('reports an upstream that takes nothing at its own bound, though the client bound is longer', async () => {
+    const { body, pending, reports } = controlledBody(2_000, 100);
+    const first = body.next();
+    // The client takes 150 ms over its chunk (under its bound): the timer has already fired once.
+    await new Promise((resolve) => setTimeout(resolve, 150));
+    pending.shift()!({ done: false, value: Buffer.from('x') });
+    await first;
+    // undici does not ask for the next chunk: the upstream's turn.
+    await until('reported', () => reports.length === 1);
+    assert.equal(reports[0]!.kind, 'stuck');
+    assert.equal(reports[0]!.timeoutMs, 100);
+    assert.ok(reports[0]!.atMs < 1_000, `reported after ${reports[0]!.atMs} ms`);
+    body.stop();
+  });
+
+  it('reports an idle client at its own bound after a long upstream wait, though the upstream bound is longer', async () => {
+    const { body, pending, reports } = controlledBody(100, 5_000);
+    const first = body.next();
+    pending.shift()!({ done: false, value: Buffer.from('x') });
+    await first;
+    // The upstream takes 300 ms (under its bound), then asks for more: the client never sends it.
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    const askedMs = performance.now();
+    void body.next();
+    await until('reported', () => reports.length === 1);
+    assert.equal(reports[0]!.kind, 'idle');
+    const lateMs = performance.now() - askedMs;
+    assert.ok(lateMs < 1_000, `idle reported ${lateMs} ms after the client's turn began`);
+    body.stop();
+  });
+
+  it('stops bounding the upstream once its answer started: the proxy may be holding it back', async () => {
+    const { body, pending, reports } = controlledBody(0, 100);
+    const first = body.next();
+    pending.shift()!({ done: false, value: Buffer.from('x') });
+    await first;
+    body.responseStarted();
+    await new Promise((resolve) => setTimeout(resolve, 400));
+    assert.deepEqual(reports, []);
+    body.stop();
   });
 });

@@ -71,6 +71,38 @@ describe('spillway proxy: relaying the response', () => {
     await until('counted as forwarded', async () => (await outcome(proxy, 'forwarded')) === 1);
   });
 
+  it('cuts a response the client takes no bytes of for server.sendTimeoutMs, freeing its pooled connection', async () => {
+    const chunk = Buffer.alloc(64 * 1024, 1);
+    const { proxy } = await fixtures.start(
+      `server:\n  sendTimeoutMs: 300\n${LOCAL}`,
+      (req, res) => {
+        if (req.url !== '/big') {
+          res.end('ok');
+          return;
+        }
+        // Endless: only the proxy giving up ends it.
+        const write = () => {
+          while (res.write(chunk));
+          res.once('drain', write);
+        };
+        write();
+      },
+      '\n  connections: 1',
+    );
+    const req = request(`${proxy.base}/big`, { agent: false }, (res) => {
+      // Reads nothing, and stays connected. (The proxy's close reaches it only behind the bytes it
+      // has not read, so it is the proxy's count that tells.)
+      res.pause();
+      res.on('error', () => {});
+    });
+    req.on('error', () => {});
+    req.end();
+    await until('the proxy cuts the response', async () => (await outcome(proxy, 'client_timeout')) === 1);
+    // The only pooled connection is free again.
+    assert.equal((await send(`${proxy.base}/after`)).body, 'ok');
+    req.destroy();
+  });
+
   it('cuts the client response when the upstream fails mid-body, counted as upstream_error', async () => {
     const { proxy } = await setup((_req, res) => {
       res.writeHead(200, { 'content-length': '1000' });

@@ -368,6 +368,42 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     assert.equal(result.body, `got ${totalBytes}`);
   });
 
+  it('a full-duplex upstream held back by a client slow to read is not taken for a stuck one', async () => {
+    // Echoes the body as it comes: when the client stops reading the answer, the proxy pauses the
+    // upstream, which then stops taking the body.
+    const { proxy } = await fixtures.start(
+      rules(),
+      (req, res) => {
+        res.writeHead(200);
+        req.pipe(res);
+      },
+      '\n  sendTimeoutMs: 300',
+    );
+    const totalBytes = 32 * 1024 * 1024;
+    let received = 0;
+    const done = new Promise<number>((resolve, reject) => {
+      const req = request(
+        `${proxy.base}/echo`,
+        { method: 'POST', agent: false, headers: { 'content-length': String(totalBytes) } },
+        (res) => {
+          res.pause();
+          // Three times the send bound without reading, then everything.
+          setTimeout(() => res.resume(), 1_000);
+          res.on('data', (data: Buffer) => {
+            received += data.length;
+          });
+          res.on('end', () => resolve(res.statusCode ?? 0));
+          res.on('error', reject);
+        },
+      );
+      req.on('error', reject);
+      req.end(Buffer.alloc(totalBytes, 1));
+    });
+    assert.equal(await done, 200);
+    assert.equal(received, totalBytes);
+    assert.equal(await outcome(proxy, 'upstream_timeout'), 0);
+  });
+
   it('answers 504 when the upstream takes no request body bytes for upstream.sendTimeoutMs, and frees its connection', async () => {
     const { upstream, proxy } = await fixtures.start(
       rules(),

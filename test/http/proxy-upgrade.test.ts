@@ -295,8 +295,11 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
           'content-length': '26',
           'www-authenticate': 'Bearer',
           'x-kept': 'yes',
+          // One byte, e9, on the wire (latin1): relayed as that byte, not re-encoded as UTF-8.
+          'x-realm': 'caf\u00e9',
         });
-        res.end('{"error":"login required"}');
+        // A Buffer: with a string Node would send the head in that string's encoding, UTF-8.
+        res.end(Buffer.from('{"error":"login required"}'));
       } else {
         // An endpoint that ignores the upgrade: 200 with a chunked body.
         res.write('part one, ');
@@ -312,6 +315,7 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     assert.equal(refused.body, '{"error":"login required"}');
     assert.equal(refused.headers['www-authenticate'], 'Bearer');
     assert.equal(refused.headers['x-kept'], 'yes');
+    assert.equal(refused.headers['x-realm'], 'caf\u00e9');
     assert.equal(refused.headers['content-length'], '26');
     assert.equal(refused.headers['ratelimit-policy'], '"ws";q=5;w=60');
     assert.equal(refused.headers.connection, 'close');

@@ -357,9 +357,19 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
   }
 
+  /**
+   * A connection is free and nobody waits for one. Between a connection freed and the queue
+   * served (a microtask later, `leavePool`), the queue goes first: a newcomer does not overtake it.
+   */
+  function poolHasRoom(): boolean {
+    return inPool < upstreamConfig.connections && waiting.length === abandonedWaiting;
+  }
+
   function waitForPool(turn: PoolTurn): void {
     turn.queued = true;
     waiting.push(turn);
+    // Room already (the queue is being served): make sure it is served.
+    if (inPool < upstreamConfig.connections) queueMicrotask(dispatchWaiting);
   }
 
   /** An entry of `waiting` answered or abandoned while it waited. */
@@ -391,8 +401,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     readonly granted: Promise<void>;
     queued = false;
     private grant: () => void = () => {};
+    private readonly startedMs = performance.now();
 
-    constructor(private readonly signal: AbortSignal) {
+    /** `timeoutMs`: its deadline, running since now (0: none). */
+    constructor(
+      private readonly signal: AbortSignal,
+      private readonly timeoutMs: number,
+    ) {
       this.granted = new Promise((resolve) => {
         this.grant = resolve;
       });
@@ -411,6 +426,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     takeTurn(): void {
+      // Its deadline is due, its timer not yet run: it would be aborted as it gets its connection.
+      if (this.timeoutMs > 0 && performance.now() - this.startedMs >= this.timeoutMs - 1) return;
       inPool++;
       this.grant();
     }
@@ -512,7 +529,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.headersTimeoutMs = upstream.headersTimeoutMs;
       if (this.headersTimeoutMs > 0) this.deadline = setTimeout(headersDeadline, this.headersTimeoutMs, this);
       this.headers = headers;
-      if (inPool < upstreamConfig.connections) this.dispatch();
+      if (poolHasRoom()) this.dispatch();
       else if (queueFull()) this.refuseQueueFull();
       else waitForPool(this);
     }
@@ -737,6 +754,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (statusCode < 200) return;
       clearTimeout(this.deadline);
       this.recordHeadersWait();
+      this.body?.responseStarted();
       const res = this.res;
       const responseHeaders = clientResponseHeaders(headers);
       addRateLimitFields(responseHeaders, this.limitHeaders);
@@ -760,8 +778,21 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (this.outcome !== undefined) return;
       if (!this.res.write(chunk)) {
         controller.pause();
-        this.res.once('drain', () => controller.resume());
+        const timeoutMs = this.rules.rules.server.sendTimeoutMs;
+        const stalled = timeoutMs > 0 ? setTimeout(responseStalledFired, timeoutMs, this) : undefined;
+        this.res.once('drain', () => {
+          clearTimeout(stalled);
+          controller.resume();
+        });
       }
+    }
+
+    /** The client took no response bytes for `server.sendTimeoutMs`: the response is cut. */
+    responseStalled(): void {
+      if (this.outcome !== undefined) return;
+      this.settle('client_timeout');
+      this.res.destroy();
+      this.controller?.abort(new ExchangeAbortError('the client stopped reading the response'));
     }
 
     onResponseEnd(): void {
@@ -871,7 +902,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         abort.signal.addEventListener('abort', () => resolve(undefined), { once: true }),
       );
       let holdsConnection = false;
-      if (inPool < upstreamConfig.connections) {
+      if (poolHasRoom()) {
         inPool++;
         holdsConnection = true;
       } else if (queueFull()) {
@@ -884,7 +915,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         });
         return;
       } else {
-        const turn = new UpgradeTurn(abort.signal);
+        const turn = new UpgradeTurn(abort.signal, headersTimeoutMs);
         waitForPool(turn);
         await Promise.race([turn.granted.then(() => (holdsConnection = true)), abandoned]);
       }
@@ -892,7 +923,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       let answer: UpgradeAnswer | undefined;
       let failure: unknown;
       if (holdsConnection && !abort.signal.aborted) {
-        upgrading = new UpstreamUpgrade(socket, limitHeaders, abort.signal);
+        upgrading = new UpstreamUpgrade(socket, limitHeaders, abort.signal, rules.rules.server.sendTimeoutMs);
         // Upgraded (detached), answered whole or failed, undici is done with the pooled connection.
         upgrading.finished.then(leavePool);
         pool.dispatch(
@@ -921,7 +952,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (abort.signal.aborted) {
         // An upgrade that succeeds after all is closed at once (UpstreamUpgrade sees the abort).
         if (timedOut) {
-          const queued = upgrading === undefined;
+          // Still queued, or handed to the pool with its connection still being opened.
+          const queued = upgrading === undefined || !upgrading.connected;
           const outcome = queued ? 'upstream_queue_timeout' : 'upstream_timeout';
           metrics.request(outcome);
           writeRawResponse(socket, 504, limitHeaders, {
@@ -949,7 +981,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       // Another answer is on its way to the client (UpstreamUpgrade relays it, then closes).
       if (answer.kind === 'answered') return;
       const upstreamSocket = answer.socket;
-      socket.write(switchingProtocolsHead(answer.headers, limitHeaders));
+      // Header bytes as undici read them (latin1), not re-encoded as UTF-8.
+      socket.write(switchingProtocolsHead(answer.headers, limitHeaders), 'latin1');
       if (head.length > 0) upstreamSocket.write(head);
       const tunnel = joinTunnel(socket, upstreamSocket, rules.rules.server.upgradeIdleTimeoutMs, () => {
         tunnels.delete(tunnel);
@@ -1129,6 +1162,10 @@ class ExchangeAbortError extends Error {
 
 function headersDeadline(exchange: { headersTimedOut(): void }): void {
   exchange.headersTimedOut();
+}
+
+function responseStalledFired(exchange: { responseStalled(): void }): void {
+  exchange.responseStalled();
 }
 
 function sendJson(

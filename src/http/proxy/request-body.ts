@@ -33,7 +33,9 @@ enum Wait {
  *   pooled connection for ever: the headers deadline waits for the body to be sent.
  *
  * Each is reported once. One timer per body: it fires at most once per the shorter bound and
- * checks the time spent in the current wait; a chunk only notes the time.
+ * checks the time spent in the current wait, then sleeps until that wait is due or for the
+ * shorter bound, whichever is sooner, so a wait is reported as it reaches its bound whichever side
+ * the body switched to meanwhile; a chunk only notes the time.
  */
 export class RequestBody implements AsyncIterableIterator<Buffer> {
   private readonly chunks: AsyncIterableIterator<Buffer>;
@@ -45,7 +47,7 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
     req: IncomingMessage,
     private readonly owner: BodyOwner,
     private readonly idleTimeoutMs: number,
-    private readonly sendTimeoutMs: number,
+    private sendTimeoutMs: number,
   ) {
     this.chunks = req.iterator({ destroyOnReturn: false }) as AsyncIterableIterator<Buffer>;
   }
@@ -85,7 +87,18 @@ export class RequestBody implements AsyncIterableIterator<Buffer> {
       else this.owner.bodyStuckUpstream(boundMs);
       return;
     }
-    this.arm(boundMs > 0 ? boundMs - waitedMs : this.shortestBoundMs());
+    // Never longer than the shorter bound: the wait may switch sides before this one is due.
+    const shortest = this.shortestBoundMs();
+    this.arm(boundMs > 0 ? Math.min(boundMs - waitedMs, shortest) : shortest);
+  }
+
+  /**
+   * The upstream started its answer: from now on it may stop taking the body because the proxy
+   * paused it (a client slow to read a full-duplex answer), so its send bound no longer applies;
+   * `upstream.bodyTimeoutMs` bounds the answer instead.
+   */
+  responseStarted(): void {
+    this.sendTimeoutMs = 0;
   }
 
   stop(): void {

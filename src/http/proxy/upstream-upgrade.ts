@@ -38,11 +38,15 @@ export class UpstreamUpgrade implements Dispatcher.DispatchHandler {
   /** The answer's head went to the client: what follows is its body. */
   private relaying = false;
   private ended = false;
+  /** undici gave it a connection (`onRequestStart`): a deadline passing from now on is the upstream's. */
+  connected = false;
 
+  /** `sendTimeoutMs`: how long the client may take no bytes of a relayed answer (0: no bound). */
   constructor(
     private readonly client: Duplex,
     private readonly limitHeaders: Readonly<Record<string, string>>,
     private readonly signal: AbortSignal,
+    private readonly sendTimeoutMs: number,
   ) {
     this.answer = new Promise((resolve, reject) => {
       this.resolveAnswer = resolve;
@@ -58,6 +62,7 @@ export class UpstreamUpgrade implements Dispatcher.DispatchHandler {
 
   onRequestStart(controller: Dispatcher.DispatchController): void {
     this.controller = controller;
+    this.connected = true;
     if (this.signal.aborted) controller.abort(this.signal.reason as Error);
   }
 
@@ -95,7 +100,8 @@ export class UpstreamUpgrade implements Dispatcher.DispatchHandler {
       for (const item of Array.isArray(value) ? value : [value]) head += `${name}: ${item}\r\n`;
     }
     this.relaying = true;
-    this.client.write(`${head}connection: close\r\n\r\n`);
+    // Header bytes as undici read them (latin1), not re-encoded as UTF-8.
+    this.client.write(`${head}connection: close\r\n\r\n`, 'latin1');
     // From here the client's leaving is this handler's to notice.
     this.client.once('close', () => {
       if (!this.ended) controller.abort(new Error('the client closed the connection during the answer'));
@@ -106,7 +112,18 @@ export class UpstreamUpgrade implements Dispatcher.DispatchHandler {
   onResponseData(controller: Dispatcher.DispatchController, chunk: Buffer): void {
     if (this.client.write(chunk)) return;
     controller.pause();
-    this.client.once('drain', () => controller.resume());
+    const client = this.client;
+    const stalled =
+      this.sendTimeoutMs > 0
+        ? setTimeout(() => {
+            client.destroy();
+            controller.abort(new Error(`the client took no response bytes for ${this.sendTimeoutMs} ms`));
+          }, this.sendTimeoutMs)
+        : undefined;
+    client.once('drain', () => {
+      clearTimeout(stalled);
+      controller.resume();
+    });
   }
 
   onResponseEnd(): void {

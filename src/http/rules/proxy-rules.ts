@@ -64,6 +64,14 @@ const serverSchema = z.strictObject({
    */
   bodyTimeoutMs: timeoutMs.default(60_000),
   /**
+   * A client that takes no response bytes for this long while the proxy has some for it: the
+   * response is cut and its upstream request aborted. 60 s, as nginx's send_timeout: without it a
+   * client that asks for large responses and never reads them holds a pooled upstream connection
+   * each, for ever (undici's body timeout does not run while the proxy has the upstream paused).
+   * 0 disables.
+   */
+  sendTimeoutMs: timeoutMs.default(60_000),
+  /**
    * An upgraded connection (WebSocket) with no bytes either way for this long is closed, both
    * sides: peers that vanished without a FIN would otherwise hold it for good. 60 s, as nginx's
    * proxy_read_timeout and a cloud load balancer's idle timeout, which WebSocket applications
