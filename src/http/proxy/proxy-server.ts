@@ -21,7 +21,6 @@ import {
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
-import { Fifo } from './fifo.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
@@ -34,6 +33,7 @@ import {
 import { addRateLimitFields } from './rate-limit-merge.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { CLOSE_GRACE_MS, joinTunnel, type Tunnel } from './tunnel.js';
+import { type PoolTurn, UpstreamQueue } from './upstream-queue.js';
 import { switchingProtocolsHead, type UpgradeAnswer, UpstreamUpgrade } from './upstream-upgrade.js';
 
 export interface ProxyLogger {
@@ -61,9 +61,9 @@ export interface ProxyServer {
   readonly inFlight: number;
   readonly draining: boolean;
   /**
-   * The queue for pooled upstream connections: `waiting`, requests and upgrades that still want
-   * one (at most `upstream.maxQueued`); `held`, the entries it holds, those answered or abandoned
-   * while they waited included (swept out once they are half of it).
+   * The queue for pooled upstream connections (`UpstreamQueue`): `waiting`, requests and upgrades
+   * that still want one (at most `upstream.maxQueued`); `held`, the entries it holds, those
+   * answered or abandoned while they waited included (swept out once they are half of it).
    */
   readonly upstreamQueue: { readonly waiting: number; readonly held: number };
   /**
@@ -181,24 +181,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     bodyTimeout: upstreamConfig.bodyTimeoutMs,
     keepAliveTimeout: 4_000,
   });
-  /**
-   * Requests and upgrades handed to the pool and not yet finished there: at most
-   * `upstream.connections`, so undici never queues one. The rest wait in `waiting`, the proxy's own
-   * FIFO, which can drop one that timed out or whose client left without undici ever seeing it
-   * (undici cannot take a request out of its queue: it aborts it once a connection takes it, which
-   * destroys that connection).
-   */
-  let inPool = 0;
-  const waiting = new Fifo<PoolTurn>();
-  /**
-   * Entries of `waiting` answered or abandoned while they waited (timed out, client gone): skipped
-   * when their turn comes, and swept out once they are half the queue, so a pool held for a long
-   * time (streams, long polls) does not keep every request that gave up on it.
-   */
-  let abandonedWaiting = 0;
-  metrics.watchQueue(() => waiting.length - abandonedWaiting);
-  /** Whether `upstream.maxQueued` requests already wait: the next is refused, 503. */
-  const queueFull = () => waiting.length - abandonedWaiting >= upstream.maxQueued;
+  const queue = new UpstreamQueue(upstreamConfig.connections);
+  metrics.watchQueue(() => queue.depth);
   const queueFullMessage = () =>
     `all ${upstreamConfig.connections} upstream connections are busy and ${upstream.maxQueued} requests wait for one`;
   let inFlight = 0;
@@ -346,54 +330,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     return { allowed: rejectedBy.length === 0, visible, rejectedBy };
   }
 
-  /** The oldest waiting requests and upgrades, while the pool has room for them. */
-  function dispatchWaiting(): void {
-    while (inPool < upstreamConfig.connections) {
-      const next = waiting.shift();
-      if (next === undefined) return;
-      next.queued = false;
-      if (next.wanted) next.takeTurn();
-      else abandonedWaiting--;
-    }
-  }
-
   /**
-   * A connection is free and nobody waits for one. Between a connection freed and the queue
-   * served (a microtask later, `leavePool`), the queue goes first: a newcomer does not overtake it.
-   */
-  function poolHasRoom(): boolean {
-    return inPool < upstreamConfig.connections && waiting.length === abandonedWaiting;
-  }
-
-  function waitForPool(turn: PoolTurn): void {
-    turn.queued = true;
-    waiting.push(turn);
-    // Room already (the queue is being served): make sure it is served.
-    if (inPool < upstreamConfig.connections) queueMicrotask(dispatchWaiting);
-  }
-
-  /** An entry of `waiting` answered or abandoned while it waited. */
-  function abandonedInQueue(): void {
-    abandonedWaiting++;
-    if (abandonedWaiting < 64 || abandonedWaiting * 2 < waiting.length) return;
-    waiting.retain(
-      (turn) => turn.wanted,
-      (turn) => {
-        turn.queued = false;
-      },
-    );
-    abandonedWaiting = 0;
-  }
-
-  /** A pooled connection handed back (a request or an upgrade done with it): the next one waiting takes it. */
-  function leavePool(): void {
-    inPool--;
-    // After undici has marked the connection free, so the next request is not queued behind it.
-    if (waiting.length > 0) queueMicrotask(dispatchWaiting);
-  }
-
-  /**
-   * An upgrade waiting in `waiting`: until its upstream answers 101 (undici then detaches the
+   * An upgrade waiting in the queue: until its upstream answers 101 (undici then detaches the
    * socket from the pool), an upgrade holds a pooled connection like any request, so it waits for
    * one in the same queue, under the same deadline.
    */
@@ -414,7 +352,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       signal.addEventListener(
         'abort',
         () => {
-          if (this.queued) abandonedInQueue();
+          if (this.queued) queue.abandon();
         },
         { once: true },
       );
@@ -428,7 +366,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     takeTurn(): void {
       // Its deadline is due, its timer not yet run: it would be aborted as it gets its connection.
       if (this.timeoutMs > 0 && performance.now() - this.startedMs >= this.timeoutMs - 1) return;
-      inPool++;
+      queue.take();
       this.grant();
     }
   }
@@ -441,7 +379,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * AbortController per request: the client leaving (`closed`) aborts through the controller.
    *
    * Waiting for the upstream is bounded by one deadline, `upstream.headersTimeoutMs`, from the
-   * forward: time waiting for a connection (in `waiting`) counts (undici's own headers timeout
+   * forward: time waiting for a connection (in `queue`) counts (undici's own headers timeout
    * starts only once the request is on a connection, so a saturated pool would hold requests for
    * ever).
    * It is suspended while the request body is sent, whose pace is the client's (bounded by
@@ -452,9 +390,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   class Exchange implements Dispatcher.DispatchHandler, BodyOwner, PoolTurn {
     target = '';
     headers: Record<string, string | string[]> = NO_HEADERS;
-    /** Handed to the pool and not yet finished there (counted in `inPool`). */
+    /** Handed to the pool and not yet finished there (holding one of `queue`'s connections). */
     inPool = false;
-    /** Waiting in `waiting` for a pooled connection. */
+    /** Waiting in `queue` for a pooled connection. */
     queued = false;
     limitHeaders: Record<string, string> = NO_HEADERS;
     /** Set once forwarded: the outcome counted for it (at most once). */
@@ -529,17 +467,17 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.headersTimeoutMs = upstream.headersTimeoutMs;
       if (this.headersTimeoutMs > 0) this.deadline = setTimeout(headersDeadline, this.headersTimeoutMs, this);
       this.headers = headers;
-      if (poolHasRoom()) this.dispatch();
-      else if (queueFull()) this.refuseQueueFull();
-      else waitForPool(this);
+      if (queue.hasRoom()) this.dispatch();
+      else if (queue.isFull(upstream.maxQueued)) this.refuseQueueFull();
+      else queue.wait(this);
     }
 
-    /** Not answered (timed out, client gone) while it waited in `waiting`. */
+    /** Not answered (timed out, client gone) while it waited in `queue`. */
     get wanted(): boolean {
       return this.outcome === undefined;
     }
 
-    /** Its turn at the pool, out of `waiting`: dispatched. */
+    /** Its turn at the pool, out of `queue`: dispatched. */
     takeTurn(): void {
       // Its deadline is due, its timer not yet run (timers due together run one after another, and
       // this runs between them): dispatched, it would be aborted as it gets its connection.
@@ -553,7 +491,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
     /** To the pool, which has a connection free for it (or is opening one). */
     dispatch(): void {
-      inPool++;
+      queue.take();
       this.inPool = true;
       try {
         pool.dispatch(
@@ -592,7 +530,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     leftPool(): void {
       if (!this.inPool) return;
       this.inPool = false;
-      leavePool();
+      queue.release();
     }
 
     /** The headers deadline passed: 504, whether the request is still queued or on a connection. */
@@ -615,7 +553,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
             message: `upstream sent no response headers within ${this.headersTimeoutMs} ms`,
           };
       this.settle(failure.outcome);
-      // Still in `waiting`: skipped there. Handed to the pool but not yet on a connection (one being
+      // Still in `queue`: skipped there. Handed to the pool but not yet on a connection (one being
       // opened): dropped in onRequestStart, before anything is written, at the cost of that connection.
       this.controller?.abort(new ExchangeAbortError(failure.message));
       this.closeAfterResponse();
@@ -711,7 +649,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       this.outcome = outcome;
       metrics.request(outcome);
       clearTimeout(this.deadline);
-      if (this.queued) abandonedInQueue();
+      if (this.queued) queue.abandon();
       this.body?.stop();
     }
 
@@ -728,7 +666,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       }
       this.clientGone = true;
       if (!this.forwarded) return;
-      // Not yet on a connection: skipped in `waiting`, or aborted in onRequestStart when it gets one.
+      // Not yet on a connection: skipped in `queue`, or aborted in onRequestStart when it gets one.
       if (!this.upstreamEnded) this.controller?.abort(new ExchangeAbortError(CLIENT_GONE));
       this.settle('client_abort');
     }
@@ -902,10 +840,10 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         abort.signal.addEventListener('abort', () => resolve(undefined), { once: true }),
       );
       let holdsConnection = false;
-      if (poolHasRoom()) {
-        inPool++;
+      if (queue.hasRoom()) {
+        queue.take();
         holdsConnection = true;
-      } else if (queueFull()) {
+      } else if (queue.isFull(upstream.maxQueued)) {
         clearTimeout(deadline);
         stopWatching();
         metrics.request('upstream_queue_full');
@@ -916,7 +854,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         return;
       } else {
         const turn = new UpgradeTurn(abort.signal, headersTimeoutMs);
-        waitForPool(turn);
+        queue.wait(turn);
         await Promise.race([turn.granted.then(() => (holdsConnection = true)), abandoned]);
       }
       let upgrading: UpstreamUpgrade | undefined;
@@ -925,7 +863,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (holdsConnection && !abort.signal.aborted) {
         upgrading = new UpstreamUpgrade(socket, limitHeaders, abort.signal, rules.rules.server.sendTimeoutMs);
         // Upgraded (detached), answered whole or failed, undici is done with the pooled connection.
-        upgrading.finished.then(leavePool);
+        upgrading.finished.then(() => queue.release());
         pool.dispatch(
           {
             path: target,
@@ -945,7 +883,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         }
       } else if (holdsConnection) {
         // Its turn came as it was abandoned: the connection goes to the next one waiting.
-        leavePool();
+        queue.release();
       }
       clearTimeout(deadline);
       stopWatching();
@@ -1017,7 +955,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       return draining;
     },
     get upstreamQueue() {
-      return { waiting: waiting.length - abandonedWaiting, held: waiting.length };
+      return { waiting: queue.depth, held: queue.held };
     },
     setRules(rules) {
       const next = activate(rules, backend);
@@ -1211,16 +1149,6 @@ function writeRawResponse(
   head += 'connection: close\r\n\r\n';
   socket.end(head + text);
   setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
-}
-
-/** A request or an upgrade waiting for one of the pool's connections. */
-interface PoolTurn {
-  /** In the proxy's queue (`waiting`). */
-  queued: boolean;
-  /** Still wants a connection: not answered or abandoned while it waited. */
-  readonly wanted: boolean;
-  /** A connection is free for it: it takes it. */
-  takeTurn(): void;
 }
 
 interface UpstreamFailure {
