@@ -128,6 +128,11 @@ export interface FrameworkAdapter<Req, Res> {
   setStatus(res: Res, statusCode: number): void;
   /** Whether the response was already ended (by `onLimited`, or the client went away). */
   ended(res: Res): boolean;
+  /**
+   * Called on a rejection before `onLimited` runs, for frameworks where a response being sent is
+   * not yet `ended` (Fastify runs async `onSend` hooks first): lets `ended` see the send.
+   */
+  answering?(res: Res): void;
   /** End the response with a JSON body (`Content-Type: application/json; charset=utf-8`). */
   sendJson(res: Res, body: string): void;
 }
@@ -372,13 +377,16 @@ export function createRateLimitMiddleware<Req, Res>(
     adapter.setHeader(res, 'Retry-After', String(retryAfterSec));
     adapter.setHeader(res, 'Cache-Control', RATE_LIMITED_CACHE_CONTROL);
     if (onLimited !== undefined) {
+      adapter.answering?.(res);
       let result: unknown;
       try {
         result = onLimited(req, res, decision);
       } catch {
         stats.hookErrors++;
       }
-      if (isThenable(result)) {
+      // The response itself is no promise to wait for, though Fastify's `reply` is thenable (it
+      // settles when the reply ends): `return reply.header(...)` has not answered.
+      if (result !== res && isThenable(result)) {
         // An async hook (`await log(); res.status(429).json(...)`) answers later: wait for it,
         // then send the default body only if it did not.
         result.then(

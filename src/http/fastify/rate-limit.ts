@@ -34,6 +34,10 @@ export interface FastifyRateLimit {
  * The client address comes from the raw socket and the raw X-Forwarded-For header, never from
  * `request.ip`, so Fastify's own `trustProxy` setting cannot widen who may choose their key.
  */
+/** Set on a rejected request's reply once `send` was called: Fastify's `reply.sent` waits for the end. */
+const SEND_CALLED = Symbol('spillway.sendCalled');
+type WatchedReply = FastifyReply & { [SEND_CALLED]?: true };
+
 const fastifyAdapter: FrameworkAdapter<FastifyRequest, FastifyReply> = {
   peerAddress: (request) => request.raw.socket?.remoteAddress,
   forwardedFor: (request) => request.headers['x-forwarded-for'],
@@ -44,7 +48,16 @@ const fastifyAdapter: FrameworkAdapter<FastifyRequest, FastifyReply> = {
   setStatus: (reply, statusCode) => {
     reply.code(statusCode);
   },
-  ended: (reply) => reply.sent || reply.raw.destroyed,
+  ended: (reply) => reply.sent || reply.raw.destroyed || (reply as WatchedReply)[SEND_CALLED] === true,
+  // `reply.sent` stays false until the raw response ends, after the app's async `onSend` hooks:
+  // a custom `onLimited` that sent would look unanswered and get the default body sent too.
+  answering: (reply) => {
+    const send = reply.send;
+    reply.send = function sendWatched(this: FastifyReply, payload?: unknown) {
+      (reply as WatchedReply)[SEND_CALLED] = true;
+      return send.call(this, payload);
+    };
+  },
   sendJson: (reply, body) => {
     reply.type(RATE_LIMITED_CONTENT_TYPE).send(body);
   },

@@ -121,6 +121,70 @@ describe('fastify: wiring', () => {
     }
   });
 
+  it('an onLimited that returns the reply without sending gets the default 429, not a hung request', async () => {
+    const limit = fastifyRateLimit({
+      limiter: createKeyedTokenBucket({ capacity: 1, refillPerSec: 0.001, clock }),
+      policy,
+      clock,
+      // `reply.header` returns the reply, which is thenable (it settles when the reply ends).
+      onLimited: (_request, reply) => reply.header('x-why', 'quota'),
+    });
+    const app = Fastify({ forceCloseConnections: true });
+    await app.register(limit);
+    app.get('/', async () => 'ok');
+    const server = await listen(app);
+    try {
+      assert.equal((await get(server.url)).status, 200);
+      const limited = await get(server.url);
+      assert.equal(limited.status, 429);
+      assert.equal(limited.headers['x-why'], 'quota');
+      assert.match(limited.body, /"error":"rate_limited"/);
+      assert.equal(limit.stats.hookErrors, 0);
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('a custom onLimited response is sent once when the app has an async onSend hook', async () => {
+    const limit = fastifyRateLimit({
+      limiter: createKeyedTokenBucket({ capacity: 1, refillPerSec: 0.001, clock }),
+      policy,
+      clock,
+      onLimited: (_request, reply) => {
+        reply.code(429).send({ custom: true });
+      },
+    });
+    const app = Fastify({ forceCloseConnections: true });
+    const sent: unknown[] = [];
+    app.addHook('onSend', async (_request, _reply, payload) => {
+      sent.push(payload);
+      await new Promise((resolve) => setImmediate(resolve));
+      return payload;
+    });
+    let errors = 0;
+    app.setErrorHandler((error, _request, reply) => {
+      errors++;
+      reply.send(error);
+    });
+    await app.register(limit);
+    app.get('/', async () => 'ok');
+    const server = await listen(app);
+    try {
+      assert.equal((await get(server.url)).status, 200);
+      const limited = await get(server.url);
+      assert.equal(limited.status, 429);
+      assert.equal(limited.body, '{"custom":true}');
+      assert.deepEqual(
+        sent,
+        ['ok', '{"custom":true}'],
+        'onSend ran once per response: no second, default body',
+      );
+      assert.equal(errors, 0);
+    } finally {
+      await server.close();
+    }
+  });
+
   it('a sync limiter calls done() before the hook returns', () => {
     const limit = fastifyRateLimit({ limiter: bucket(), policy, clock });
     const headers: Record<string, string> = {};
