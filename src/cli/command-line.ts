@@ -170,13 +170,24 @@ export function numberFlag(
   values: FlagValues,
   name: string,
   fallback: number,
-  { min = 0, integer = false }: { min?: number; integer?: boolean } = {},
+  {
+    min = 0,
+    max = Number.POSITIVE_INFINITY,
+    integer = false,
+  }: { min?: number; max?: number; integer?: boolean } = {},
 ): number {
   const text = stringFlag(values, name);
   if (text === undefined) return fallback;
   const value = Number(text);
-  if (text.trim() === '' || !Number.isFinite(value) || value < min || (integer && !Number.isInteger(value))) {
-    throw usageError(`--${name} must be ${integer ? 'an integer' : 'a number'} >= ${min}, got '${text}'`, {
+  if (
+    text.trim() === '' ||
+    !Number.isFinite(value) ||
+    value < min ||
+    value > max ||
+    (integer && !Number.isInteger(value))
+  ) {
+    const range = max === Number.POSITIVE_INFINITY ? `>= ${min}` : `from ${min} to ${max}`;
+    throw usageError(`--${name} must be ${integer ? 'an integer' : 'a number'} ${range}, got '${text}'`, {
       flag: name,
     });
   }

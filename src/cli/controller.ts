@@ -142,6 +142,13 @@ export function run(argv: string[]): Promise<number> {
       id,
       level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
     });
+    // Signals first: a SIGHUP before the limits are loaded must not end the process.
+    let reloadOnSignal: (() => void) | undefined;
+    const stopRequested = waitForShutdown(logger, () => {
+      if (reloadOnSignal === undefined) return false;
+      reloadOnSignal();
+      return true;
+    });
 
     const authToken = await readAuthToken(values);
     const zoneTokens = await readZoneTokens(values, authToken);
@@ -279,7 +286,13 @@ export function run(argv: string[]): Promise<number> {
         ? createAutoTuner({ store: history, configPath, logger, onApplied: () => reload('tune') })
         : undefined;
     autoTuner?.start();
-    const watcher = watchFile(configPath, () => reload('file'));
+    const watcher = watchFile(configPath, () => reload('file'), {
+      onError: (error) =>
+        logger.warn(
+          { file: configPath, err: error.message },
+          'limits file watch stopped; SIGHUP still reloads',
+        ),
+    });
     logListening(logger, {
       grpc: server.address,
       ops: opsServer.address,
@@ -289,7 +302,8 @@ export function run(argv: string[]): Promise<number> {
       ...(zoneTokens.length > 0 ? { tokenZones: [...new Set(zoneTokens.map((z) => z.zone))] } : {}),
     });
 
-    await waitForShutdown(logger, () => reload('SIGHUP'));
+    reloadOnSignal = () => reload('SIGHUP');
+    await stopRequested;
     await shutdownWithin(logger, 10_000, async () => {
       watcher.close();
       await server.close();

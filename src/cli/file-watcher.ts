@@ -1,26 +1,35 @@
 import { type FSWatcher, watch } from 'node:fs';
-import { basename, dirname, resolve } from 'node:path';
+import { dirname, resolve } from 'node:path';
 
 export interface FileWatcher {
   close(): void;
 }
 
 /**
- * Calls `onChange` once things settle after `path` changes. Watches the file's directory, not the
- * file: editors and config-management tools replace files by rename, which ends a watch on the old
- * inode. Bursts of events (write + rename + chmod) within `debounceMs` make one call.
+ * Calls `onChange` once things settle after anything in `path`'s directory changes: the caller
+ * reads the file and ignores content it already has. Watches the directory, not the file: editors
+ * and config-management tools replace files by rename, which ends a watch on the old inode. And
+ * not only events naming the file: Kubernetes updates a mounted ConfigMap by swapping the
+ * directory's `..data` symlink, and the only events then name `..data` and `..data_tmp`, never
+ * the file, whose path goes through that symlink. Bursts of events (write + rename + chmod)
+ * within `debounceMs` make one call. `onError`: the watch failed and stopped (a deleted
+ * directory, exhausted watch descriptors); it never throws.
  */
-export function watchFile(path: string, onChange: () => void, { debounceMs = 200 } = {}): FileWatcher {
+export function watchFile(
+  path: string,
+  onChange: () => void,
+  { debounceMs = 200, onError }: { debounceMs?: number; onError?: (error: Error) => void } = {},
+): FileWatcher {
   const absolute = resolve(path);
-  const name = basename(absolute);
   let timer: NodeJS.Timeout | undefined;
-  const watcher: FSWatcher = watch(dirname(absolute), { persistent: false }, (_event, changed) => {
-    if (changed !== null && changed !== name) return;
+  const watcher: FSWatcher = watch(dirname(absolute), { persistent: false }, () => {
     if (timer) clearTimeout(timer);
     timer = setTimeout(onChange, debounceMs);
   });
-  // A deleted directory or exhausted watch descriptors must not crash the process; SIGHUP still works.
-  watcher.on('error', () => watcher.close());
+  watcher.on('error', (error) => {
+    watcher.close();
+    onError?.(error);
+  });
   return {
     close() {
       if (timer) clearTimeout(timer);

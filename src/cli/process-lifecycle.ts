@@ -3,8 +3,13 @@ import type { Logger } from '../ops/logger.js';
 /**
  * Signals for long-running subcommands: SIGTERM and SIGINT ask for a graceful shutdown (a second
  * one exits at once), SIGHUP calls `onReload`. Resolves with the signal that asked to stop.
+ *
+ * A command that reloads calls this as it starts, before anything slow, so that a SIGHUP never
+ * gets Node's default action, which ends the process: `onReload` returns whether it reloaded,
+ * false while there is nothing to reload yet (startup), and a SIGHUP during the shutdown is logged and ignored, never
+ * a kill in the middle of a drain. A SIGTERM during startup is answered once startup finishes.
  */
-export function waitForShutdown(logger: Logger, onReload?: () => void): Promise<NodeJS.Signals> {
+export function waitForShutdown(logger: Logger, onReload?: () => boolean): Promise<NodeJS.Signals> {
   return new Promise((resolve) => {
     let stopping = false;
     const stop = (signal: NodeJS.Signals) => {
@@ -13,11 +18,16 @@ export function waitForShutdown(logger: Logger, onReload?: () => void): Promise<
         process.exit(1);
       }
       stopping = true;
-      if (onReload) process.off('SIGHUP', reload);
       logger.info({ signal }, 'shutting down');
       resolve(signal);
     };
-    const reload = () => onReload?.();
+    const reload = () => {
+      if (stopping) {
+        logger.warn({ signal: 'SIGHUP' }, 'SIGHUP while shutting down: ignored');
+        return;
+      }
+      if (onReload?.() === false) logger.warn({ signal: 'SIGHUP' }, 'SIGHUP while starting: ignored');
+    };
     process.on('SIGTERM', stop);
     process.on('SIGINT', stop);
     if (onReload) process.on('SIGHUP', reload);

@@ -48,7 +48,7 @@ export const spec: CommandSpec = {
     'drain-timeout-ms': {
       type: 'string',
       valueName: 'ms',
-      description: 'on SIGTERM, how long in-flight requests may take before their connections are cut',
+      description: 'on SIGTERM, how long in-flight requests may take before their connections are cut (at most 86400000)',
       defaultText: '10000',
     },
     'log-level': {
@@ -61,7 +61,7 @@ export const spec: CommandSpec = {
   notes: [
     'The rules file is reloaded on SIGHUP and when it changes on disk; a file that fails to load keeps',
     'the previous rules (logged, spillway_proxy_rules_reloads_total{result="error"}). Changes to',
-    'upstream.url, upstream.connections and backend need a restart.',
+    'upstream.url, upstream.connections, upstream.connectTimeoutMs and backend need a restart.',
     'Set SPILLWAY_AUTH_TOKEN to send a shared token with global-limiter reports.',
     'Example: spillway proxy --config examples/proxy-rules.yaml --listen 0.0.0.0:8080',
   ],
@@ -73,11 +73,19 @@ export function run(argv: string[]): Promise<number> {
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:8080');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9095');
     const id = stringFlag(values, 'id') ?? `proxy-${hostname()}-${process.pid}`;
-    const drainTimeoutMs = numberFlag(values, 'drain-timeout-ms', 10_000, { min: 0 });
+    // At most a day: the shutdown guard (this + 10 s) must fit Node's 32-bit timers, or it fires at once.
+    const drainTimeoutMs = numberFlag(values, 'drain-timeout-ms', 10_000, { min: 0, max: 86_400_000 });
     const logger = createLogger({
       component: 'proxy',
       id,
       level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
+    });
+    // Signals first: a SIGHUP before the rules are loaded must not end the process.
+    let reloadOnSignal: (() => void) | undefined;
+    const stopRequested = waitForShutdown(logger, () => {
+      if (reloadOnSignal === undefined) return false;
+      reloadOnSignal();
+      return true;
     });
     let configText = await readRulesText(configPath);
     let rules = parseProxyRules(configText, configPath);
@@ -166,31 +174,47 @@ export function run(argv: string[]): Promise<number> {
         }
       })();
     };
-    const watcher = watchFile(configPath, () => reload('file'));
-
-    const opsServer = await startOpsServer({
-      host: ops.host,
-      port: ops.port,
-      registry: metrics.registry,
-      // Unhealthy while draining, so a load balancer stops sending before connections close.
-      health: () => {
-        const snapshot = backend.globalLimiter?.snapshot();
-        return {
-          ok: !proxy.draining,
-          draining: proxy.draining,
-          backend: backend.kind,
-          buckets: rules.buckets.length,
-          inFlight: proxy.inFlight,
-          lastReloadError: lastReloadError ?? null,
-          ...(snapshot
-            ? {
-                staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
-                consecutiveReportFailures: snapshot.reporter.consecutiveFailures,
-              }
-            : {}),
-        };
-      },
+    const watcher = watchFile(configPath, () => reload('file'), {
+      onError: (error) =>
+        logger.warn(
+          { file: configPath, err: error.message },
+          'rules file watch stopped; SIGHUP still reloads',
+        ),
     });
+
+    let opsServer: Awaited<ReturnType<typeof startOpsServer>>;
+    try {
+      opsServer = await startOpsServer({
+        host: ops.host,
+        port: ops.port,
+        registry: metrics.registry,
+        // Unhealthy while draining, so a load balancer stops sending before connections close.
+        health: () => {
+          const snapshot = backend.globalLimiter?.snapshot();
+          return {
+            ok: !proxy.draining,
+            draining: proxy.draining,
+            backend: backend.kind,
+            buckets: rules.buckets.length,
+            inFlight: proxy.inFlight,
+            lastReloadError: lastReloadError ?? null,
+            ...(snapshot
+              ? {
+                  staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
+                  consecutiveReportFailures: snapshot.reporter.consecutiveFailures,
+                }
+              : {}),
+          };
+        },
+      });
+    } catch (error) {
+      // A busy ops port: close what startup opened, so the process exits with the error.
+      watcher.close();
+      await proxy.close({ drainTimeoutMs: 0 });
+      await backend.close();
+      for (const client of controlClients) client.close();
+      throw error;
+    }
     logListening(logger, {
       proxy: proxy.address,
       ops: opsServer.address,
@@ -199,7 +223,8 @@ export function run(argv: string[]): Promise<number> {
       buckets: rules.buckets.map((b) => b.config.name),
     });
 
-    await waitForShutdown(logger, () => reload('SIGHUP'));
+    reloadOnSignal = () => reload('SIGHUP');
+    await stopRequested;
     await shutdownWithin(logger, drainTimeoutMs + 10_000, async () => {
       watcher.close();
       const { forcedConnections } = await proxy.close({ drainTimeoutMs });

@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import type { ServerResponse } from 'node:http';
+import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -130,11 +131,82 @@ describe('spillway proxy (process)', { timeout: 60_000 }, () => {
     });
     await assert.rejects(send(`${base}/new`), /ECONNREFUSED|ECONNRESET|socket hang up/, 'no new connections');
     assert.equal(p.running, true, 'still running while a request is in flight');
+    // A reload asked for during the drain is ignored: it would otherwise get Node's default
+    // action for SIGHUP and end the process, cutting the request.
+    p.child.kill('SIGHUP');
+    await until('the SIGHUP is logged', () => p.output.some((l) => l.includes('SIGHUP while shutting down')));
+    assert.equal(p.running, true, 'a SIGHUP during the drain does not end the process');
     held[0]!.end('finally');
     const response = await inFlight;
     assert.equal(response.status, 200);
     assert.equal(response.body, 'finally');
     assert.equal(await p.exited, 0);
+  });
+
+  it('reloads a rules file mounted as Kubernetes mounts a ConfigMap: the ..data symlink swapped', async (t) => {
+    const upstream = await startUpstream();
+    t.after(upstream.close);
+    // What the kubelet's atomic writer makes: a timestamped directory, `..data` pointing at it,
+    // and the file a symlink through `..data`. An update writes a new directory and renames a
+    // new `..data` over the old one: no event ever names the file itself.
+    const mount = mkdtempSync(join(dir, 'configmap-'));
+    mkdirSync(join(mount, '..v1'));
+    writeFileSync(join(mount, '..v1', 'rules.yaml'), rules(upstream.url, 1));
+    symlinkSync('..v1', join(mount, '..data'));
+    symlinkSync(join('..data', 'rules.yaml'), join(mount, 'rules.yaml'));
+    const file = join(mount, 'rules.yaml');
+    const p = await startSpillway('proxy', ['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    started.push(p);
+    const base = `http://${proxyAddress(p)}`;
+    assert.equal((await send(`${base}/`)).headers['ratelimit-policy'], '"api";q=1;w=60');
+    mkdirSync(join(mount, '..v2'));
+    writeFileSync(join(mount, '..v2', 'rules.yaml'), rules(upstream.url, 1000));
+    symlinkSync('..v2', join(mount, '..data_tmp'));
+    renameSync(join(mount, '..data_tmp'), join(mount, '..data'));
+    await until(
+      'the new rules apply',
+      async () => (await send(`${base}/`)).headers['ratelimit-policy'] === '"api";q=1000;w=60',
+      15_000,
+    );
+  });
+
+  it('exits 1 when the ops port is taken, instead of running on without it', async (t) => {
+    const upstream = await startUpstream();
+    t.after(upstream.close);
+    const taken = createServer();
+    await new Promise<void>((resolve) => taken.listen(0, '127.0.0.1', resolve));
+    t.after(() => new Promise<void>((resolve) => taken.close(() => resolve())));
+    const file = join(dir, 'ops-taken.yaml');
+    writeFileSync(file, rules(upstream.url, 100));
+    const { port } = taken.address() as AddressInfo;
+    const child = spawnSpillwayRaw([
+      'proxy',
+      '--config',
+      file,
+      '--listen',
+      ':0',
+      '--ops',
+      `127.0.0.1:${port}`,
+    ]);
+    let stderr = '';
+    child.stderr!.on('data', (data: Buffer) => {
+      stderr += data.toString();
+    });
+    child.stdout!.resume();
+    const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
+    assert.equal(code, 1);
+    assert.match(stderr, /EADDRINUSE/);
+  });
+
+  it('refuses a --drain-timeout-ms past what a timer can hold, with exit 2', async () => {
+    const child = spawnSpillwayRaw(['proxy', '--config', 'unused.yaml', '--drain-timeout-ms', '3000000000']);
+    let stderr = '';
+    child.stderr!.on('data', (data: Buffer) => {
+      stderr += data.toString();
+    });
+    child.stdout!.resume();
+    assert.equal(await new Promise<number | null>((resolve) => child.once('exit', resolve)), 2);
+    assert.match(stderr, /--drain-timeout-ms must be a number from 0 to 86400000, got '3000000000'/);
   });
 
   it('an invalid rules file exits 2 with file:line:column', async () => {
