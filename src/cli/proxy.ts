@@ -48,7 +48,8 @@ export const spec: CommandSpec = {
     'drain-timeout-ms': {
       type: 'string',
       valueName: 'ms',
-      description: 'on SIGTERM, how long in-flight requests may take before their connections are cut (at most 86400000)',
+      description:
+        'on SIGTERM, how long in-flight requests may take before their connections are cut (at most 86400000)',
       defaultText: '10000',
     },
     'log-level': {

@@ -63,11 +63,12 @@ export function formatRateLimit(entries: readonly RateLimitEntry[]): string {
 /**
  * `Retry-After` in whole seconds (RFC 9110 delay-seconds): rounded up, and at least 1, because
  * this is only sent with a rejection and `Retry-After: 0` invites an immediate retry storm.
- * A non-finite or negative input gives 1.
+ * A non-finite or negative input gives 1. Rounding up allows for float noise, as `t` does: a
+ * bucket refilled at 9/s that needs 9 tokens computes 1000.0000000000001 ms, which is 1 s.
  */
 export function retryAfterSeconds(retryAfterMs: number): number {
   if (!(retryAfterMs > 0) || !Number.isFinite(retryAfterMs)) return 1;
-  return Math.min(MAX_SF_INTEGER, Math.max(1, Math.ceil(retryAfterMs / 1000)));
+  return Math.min(MAX_SF_INTEGER, Math.max(1, Math.ceil(retryAfterMs / 1000 - 1e-9)));
 }
 
 /**

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { ManualClock } from '../../src/core/clock.js';
 import type { Decision } from '../../src/core/decision.js';
 import {
   formatRateLimit,
@@ -7,6 +8,7 @@ import {
   rateLimitHeaders,
   retryAfterSeconds,
 } from '../../src/http/rate-limit-headers.js';
+import { createKeyedTokenBucket } from '../../src/local/index.js';
 
 const NOW = 1_700_000_000_000;
 const payments = { name: 'payments', limit: 100, windowSec: 60 };
@@ -52,6 +54,17 @@ describe('rate limit header formatting', () => {
     assert.equal(retryAfterSeconds(-5), 1);
     assert.equal(retryAfterSeconds(Number.NaN), 1);
     assert.equal(retryAfterSeconds(59_500), 60);
+  });
+
+  it('Retry-After allows for float noise: a 9-token wait at 9 tokens/s is 1 s, not 2', () => {
+    const bucket = createKeyedTokenBucket({ capacity: 9, refillPerSec: 9, clock: new ManualClock(0) });
+    const decision = bucket.limit('k', 9);
+    assert.equal(decision.allowed, true);
+    const rejected = bucket.limit('k', 9);
+    assert.equal(rejected.allowed, false);
+    assert.ok(rejected.retryAfterMs > 1000, `the float wait is ${rejected.retryAfterMs} ms, just over 1 s`);
+    assert.equal(retryAfterSeconds(rejected.retryAfterMs), 1);
+    assert.equal(retryAfterSeconds(1000 + 1e-3), 2, 'a real millisecond over still rounds up');
   });
 });
 
