@@ -20,6 +20,42 @@ export function assertPositiveFinite(name: string, value: unknown): asserts valu
   }
 }
 
+/**
+ * The longest time a limiter may derive from its options: what Redis's `PX` takes (a signed 64-bit
+ * count of milliseconds from now), with room to spare; about 285 million years.
+ */
+const MAX_DERIVED_SPAN_MS = 9e18;
+
+/**
+ * A time a limiter derives from its options (the time to refill a whole bucket, a GCRA's emission
+ * interval and tolerance): above 0 and at most `MAX_DERIVED_SPAN_MS`. Valid-looking extremes
+ * otherwise give `NaN` or `Infinity` fields (an interval that underflows to 0, a refill time that
+ * overflows) or a TTL Redis refuses on every call, which then fails open.
+ */
+function assertDerivedSpanMs(field: string, what: string, ms: number): void {
+  if (ms > 0 && ms <= MAX_DERIVED_SPAN_MS) return;
+  throw new SpillwayError(
+    ErrorCode.InvalidLimit,
+    `${what} is ${ms} ms; it must be above 0 and at most ${MAX_DERIVED_SPAN_MS} ms`,
+    { field },
+  );
+}
+
+/** A token bucket's time to refill from empty (`capacity` and `refillPerSec` already checked). */
+export function assertRefillTime(capacity: number, refillPerSec: number): void {
+  assertDerivedSpanMs(
+    'refillPerSec',
+    'capacity / refillPerSec (the time to refill the bucket)',
+    (capacity / refillPerSec) * 1000,
+  );
+}
+
+/** A GCRA's emission interval and its tolerance (`limit`, `periodMs`, `burst` already checked). */
+export function assertEmissionInterval(limit: number, periodMs: number, burst: number): void {
+  assertDerivedSpanMs('periodMs', 'periodMs / limit (the emission interval)', periodMs / limit);
+  assertDerivedSpanMs('burst', 'periodMs / limit * burst (the tolerance)', (periodMs / limit) * burst);
+}
+
 export function assertPositiveInteger(name: string, value: unknown): asserts value is number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
     throw new SpillwayError(

@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertPositiveFinite } from '../core/validate.js';
+import { assertCost, assertEmissionInterval, assertPositiveFinite } from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -48,6 +48,7 @@ export function createGcra(options: GcraOptions): Gcra {
   assertPositiveFinite('limit', limit);
   assertPositiveFinite('periodMs', periodMs);
   assertPositiveFinite('burst', burst);
+  assertEmissionInterval(limit, periodMs, burst);
   return new LocalGcra(limit, periodMs, burst, options.clock ?? coarseClock);
 }
 

@@ -10,8 +10,11 @@
  * - growth: arrays double up to `maxKeys`, so a small tenant set costs little;
  * - eviction when full: the CLOCK (second chance) policy. A key touched since the hand last passed
  *   it is spared once; a new key starts unmarked, so a flood of one-off keys evicts itself, not the
- *   hot keys. Evicting a live (not full) entry forgets its debt — the price of a hard bound under
- *   hostile cardinality — and is counted in `evictions`.
+ *   hot keys. Before a live (not full) entry is evicted, the next `EXPIRED_LOOKAHEAD` slots are
+ *   checked for an expired one to take instead; past that, a live entry can be evicted while an
+ *   expired one waits further round (the sweep reaches it later). Evicting a live entry forgets
+ *   its debt — the price of a hard bound under hostile cardinality, with a bounded cost per
+ *   insert — and is counted in `evictions`.
  */
 export interface SlotStore {
   /** Reallocate the per-slot arrays to `slotCapacity` slots, keeping the values of existing slots. */
@@ -22,6 +25,8 @@ export interface SlotStore {
 
 const INITIAL_SLOTS = 1024;
 const SWEEP_PER_INSERT = 2;
+/** Before evicting a live key, this many slots ahead of the hand are checked for an expired one. */
+const EXPIRED_LOOKAHEAD = 8;
 
 export class KeyTable {
   readonly index = new Map<string, number>();
@@ -104,12 +109,27 @@ export class KeyTable {
         return slot;
       }
       if (this.referenced[slot] === 0) {
+        const expired = this.expiredAhead(nowMs);
+        if (expired !== undefined) {
+          this.index.delete(this.keys[expired]!);
+          return expired;
+        }
         this.index.delete(this.keys[slot]!);
         this.evictions++;
         return slot;
       }
       this.referenced[slot] = 0;
     }
+  }
+
+  /** An expired slot among the next few from the hand (all occupied: called from `evict`). */
+  private expiredAhead(nowMs: number): number | undefined {
+    let slot = this.hand;
+    for (let i = 0; i < EXPIRED_LOOKAHEAD && i < this.used; i++) {
+      if (this.store.isExpired(slot, nowMs)) return slot;
+      slot = slot + 1 >= this.used ? 0 : slot + 1;
+    }
+    return undefined;
   }
 
   private advanceHand(): number {

@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertKey, assertPositiveFinite } from '../core/validate.js';
+import { assertCost, assertEmissionInterval, assertKey, assertPositiveFinite } from '../core/validate.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
   type KeyedLimiterOptions,
@@ -39,6 +39,7 @@ export function createKeyedGcra(options: KeyedGcraOptions): KeyedGcra {
   assertPositiveFinite('limit', limit);
   assertPositiveFinite('periodMs', periodMs);
   assertPositiveFinite('burst', burst);
+  assertEmissionInterval(limit, periodMs, burst);
   return new LocalKeyedGcra(limit, periodMs, burst, resolveKeyedOptions(options));
 }
 

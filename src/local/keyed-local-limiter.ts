@@ -4,7 +4,10 @@ import { assertPositiveFinite, assertPositiveInteger, DEFAULT_MAX_KEY_LENGTH } f
 import { coarseClock } from './coarse-clock.js';
 
 export interface KeyedLimiterOptions {
-  /** Most keys held at once; beyond it the least recently used live key is evicted. Default 100,000. */
+  /**
+   * Most keys held at once; beyond it a key is evicted by the CLOCK (second chance) policy: an
+   * expired one when the hand finds one, else one untouched since the hand last passed. Default 100,000.
+   */
   maxKeys?: number;
   /**
    * Drop a key untouched for this long even if its bucket is not yet full again. Default: never

@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertKey, assertPositiveFinite } from '../core/validate.js';
+import { assertCost, assertKey, assertPositiveFinite, assertRefillTime } from '../core/validate.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
   type KeyedLimiterOptions,
@@ -32,6 +32,7 @@ export interface KeyedTokenBucket extends KeyedLocalLimiter {
 export function createKeyedTokenBucket(options: KeyedTokenBucketOptions): KeyedTokenBucket {
   assertPositiveFinite('capacity', options.capacity);
   assertPositiveFinite('refillPerSec', options.refillPerSec);
+  assertRefillTime(options.capacity, options.refillPerSec);
   const common = resolveKeyedOptions(options);
   return new LocalKeyedTokenBucket(options.capacity, options.refillPerSec, common);
 }

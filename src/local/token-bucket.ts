@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertPositiveFinite } from '../core/validate.js';
+import { assertCost, assertPositiveFinite, assertRefillTime } from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -40,6 +40,7 @@ export interface TokenBucket {
 export function createTokenBucket(options: TokenBucketOptions): TokenBucket {
   assertPositiveFinite('capacity', options.capacity);
   assertPositiveFinite('refillPerSec', options.refillPerSec);
+  assertRefillTime(options.capacity, options.refillPerSec);
   return new LocalTokenBucket(options.capacity, options.refillPerSec, options.clock ?? coarseClock);
 }
 

@@ -22,7 +22,12 @@ export {
   type RedisSlidingCounterOptions,
   slidingCounterScript,
 } from './redis-sliding-counter.js';
-export { createRedisSlidingLog, type RedisSlidingLogOptions, slidingLogScript } from './redis-sliding-log.js';
+export {
+  createRedisSlidingLog,
+  MAX_SLIDING_LOG_LIMIT,
+  type RedisSlidingLogOptions,
+  slidingLogScript,
+} from './redis-sliding-log.js';
 export {
   createRedisTokenBucket,
   type RedisTokenBucketOptions,

@@ -1,4 +1,4 @@
-import { assertPositiveFinite } from '../core/validate.js';
+import { assertPositiveFinite, assertRefillTime } from '../core/validate.js';
 import { loadLuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
 import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
@@ -27,6 +27,8 @@ export interface RedisTokenBucketOptions extends RedisLimiterCommonOptions {
 export function createRedisTokenBucket(o: RedisTokenBucketOptions): RedisLimiter {
   assertPositiveFinite('capacity', o?.capacity);
   assertPositiveFinite('refillPerSec', o?.refillPerSec);
+  // The key's TTL is the time to refill: past what Redis's PX takes, every call would fail.
+  assertRefillTime(o.capacity, o.refillPerSec);
   const { capacity, refillPerSec } = o;
   return createRedisLimiter(o, {
     name: 'token-bucket',

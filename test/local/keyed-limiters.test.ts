@@ -197,3 +197,33 @@ describe('keyed limiter options', () => {
     );
   });
 });
+
+describe('keyed key table: eviction looks for an expired entry before a live one', () => {
+  it("a full table reuses an expired slot near the hand instead of forgetting a live key's debt", () => {
+    const clock = new ManualClock(T0);
+    const bucket = createKeyedTokenBucket({ capacity: 10, refillPerSec: 1, maxKeys: 4, clock });
+    // A, B and C drain (full again in 10 s); D takes 1 (full again in 1 s).
+    for (const key of ['A', 'B', 'C']) bucket.limit(key, 10);
+    bucket.limit('D', 1);
+    for (const key of ['E', 'F', 'G']) {
+      clock.advance(2_000);
+      bucket.limit(key, 1);
+    }
+    assert.equal(bucket.evictions, 0, 'every new key found an expired entry');
+    for (const key of ['A', 'B', 'C'])
+      assert.equal(bucket.limit(key, 0).remaining, 6, `${key} kept its debt`);
+  });
+});
+
+describe('local limiters refuse options whose derived times are not exact milliseconds', () => {
+  it('a GCRA interval that underflows to 0, a token bucket that refills in more than 2^53 ms', () => {
+    assert.throws(() => createKeyedGcra({ limit: 1e300, periodMs: 1e-30 }), {
+      code: 'ERR_SPILLWAY_INVALID_LIMIT',
+      message: /the emission interval/,
+    });
+    assert.throws(() => createKeyedTokenBucket({ capacity: 1e308, refillPerSec: 1e-10 }), {
+      code: 'ERR_SPILLWAY_INVALID_LIMIT',
+      message: /the time to refill the bucket/,
+    });
+  });
+});

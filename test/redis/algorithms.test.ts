@@ -203,4 +203,49 @@ describe('Redis limiter algorithms', { skip: !redisServerAvailable() && process.
       `resetAtMs ${half.resetAtMs} is when the bucket is full again`,
     );
   });
+
+  it('token bucket: a cost below a billionth is counted, not waved through by the rounding allowance', async () => {
+    const tiny = createRedisTokenBucket({
+      redis,
+      prefix: 'tb-tiny',
+      capacity: 2e-9,
+      refillPerSec: 1e-12,
+      timeoutMs: TIMEOUT_MS,
+    });
+    const allowed: boolean[] = [];
+    for (let i = 0; i < 5; i++) allowed.push((await tiny.limit('k', 1e-9)).allowed);
+    assert.deepEqual(allowed, [true, true, false, false, false]);
+    const drained = createRedisTokenBucket({
+      redis,
+      prefix: 'tb-drained',
+      capacity: 1,
+      refillPerSec: 1e-6,
+      timeoutMs: TIMEOUT_MS,
+    });
+    assert.equal((await drained.limit('k', 1)).allowed, true);
+    assert.equal(
+      (await drained.limit('k', 5e-10)).allowed,
+      false,
+      'an empty bucket admits no cost, however small',
+    );
+  });
+
+  it('refuses options whose derived times Redis cannot hold: a sliding log over 100,000, a refill past 2^53 ms', () => {
+    assert.throws(
+      () =>
+        createRedisSlidingLog({ redis, prefix: 'sl', limit: 100_001, windowMs: 1000, timeoutMs: TIMEOUT_MS }),
+      { code: 'ERR_SPILLWAY_INVALID_LIMIT' },
+    );
+    assert.throws(
+      () =>
+        createRedisTokenBucket({
+          redis,
+          prefix: 'tb',
+          capacity: 1e12,
+          refillPerSec: 1e-4,
+          timeoutMs: TIMEOUT_MS,
+        }),
+      { code: 'ERR_SPILLWAY_INVALID_LIMIT', message: /the time to refill the bucket/ },
+    );
+  });
 });

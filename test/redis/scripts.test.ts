@@ -34,7 +34,7 @@ const pinned: Record<string, string> = {
   'fixed-window': 'd0280d71ecff7c2ab9b39c9bce7433314c652d86',
   'sliding-log': '2542b5cc1a414a8b5d3e47439e4083e6c0c8b571',
   'sliding-counter': '20484691fb5d44b3537fa1b0c5e7b8a0ec640ce4',
-  'token-bucket': '5ece1de774d6d1dd8e73b26d960e5a7c791db038',
+  'token-bucket': 'a382361816a4797ddef53fcbae47627cdb048913',
 };
 
 describe('Lua script files', () => {

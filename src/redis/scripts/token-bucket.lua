@@ -28,7 +28,9 @@ local capacity = tonumber(ARGV[1])
 local refill_per_sec = tonumber(ARGV[2])
 local cost = tonumber(ARGV[3])
 -- Refill arithmetic is in doubles; allow for their rounding so an exactly refilled token counts.
-local epsilon = 1e-9
+-- Relative to the bucket's size, as the rounding is: a fixed allowance would admit any cost below
+-- it from an empty bucket (a bucket of 2e-9 tokens admitting every call of 1e-9).
+local epsilon = capacity * 1e-14
 local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 
 local tokens = capacity
