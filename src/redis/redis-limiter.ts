@@ -117,8 +117,17 @@ export function resolveCommonOptions(o: RedisLimiterCommonOptions): ResolvedComm
     );
   }
   const timeoutMs = o.timeoutMs ?? DEFAULT_TIMEOUT_MS;
-  if (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs <= 0) {
-    throw invalidOption('timeoutMs', `timeoutMs must be a positive finite number, got ${String(timeoutMs)}`);
+  // At most what a Node timer holds (2^31 - 1 ms): past it the timer fires after 1 ms, in a loop.
+  if (
+    typeof timeoutMs !== 'number' ||
+    !Number.isFinite(timeoutMs) ||
+    timeoutMs <= 0 ||
+    timeoutMs > 2_147_483_647
+  ) {
+    throw invalidOption(
+      'timeoutMs',
+      `timeoutMs must be a positive number of ms up to 2147483647, got ${String(timeoutMs)}`,
+    );
   }
   const failPolicy = o.failPolicy ?? 'open';
   if (failPolicy !== 'open' && failPolicy !== 'closed') {

@@ -92,6 +92,8 @@ describe('Redis limiter validation happens before any Redis command', () => {
       { prefix: 'a}b' },
       { timeoutMs: 0 },
       { timeoutMs: Number.NaN },
+      // Past what a Node timer holds: it would fire after 1 ms, in a loop.
+      { timeoutMs: 2 ** 31 },
       { failPolicy: 'maybe' as 'open' },
       { maxKeyLength: 0 },
       { redis: {} as RedisScriptClient },
