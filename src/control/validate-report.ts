@@ -1,4 +1,5 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
 
 /** Bounds a receiver enforces on every report before it touches any state. */
@@ -9,8 +10,10 @@ export interface ReportLimits {
   maxBucketKeyBytes?: number;
   /** Default 10,000. */
   maxBucketsPerReport?: number;
-  /** Longest window a report may cover. Default 60,000 ms. */
+  /** Longest window a report may cover. Default 60,000 ms (`MAX_REPORT_WINDOW_MS`). */
   maxWindowMs?: number;
+  /** Fastest rate (`offered` over the window) a bucket may claim. Default 1e12 per second. */
+  maxRatePerSec?: number;
   /**
    * Relative slack for `admitted <= offered` and `wouldDrop <= admitted`: aggregators forward
    * float sums, which may round a hair over. Default 1e-6.
@@ -20,7 +23,13 @@ export interface ReportLimits {
 
 export const DEFAULT_MAX_BUCKETS_PER_REPORT = 10_000;
 export const DEFAULT_MAX_REPORT_KEY_BYTES = 256;
-export const DEFAULT_MAX_WINDOW_MS = 60_000;
+export const DEFAULT_MAX_WINDOW_MS = MAX_REPORT_WINDOW_MS;
+/**
+ * Fastest rate a report may claim for a bucket (count over window): a trillion a second, far above
+ * any fleet. A finite count over a short window can otherwise be an infinite rate, which turns the
+ * receiver's sums into `Infinity` and then `NaN` (a drop ratio of 1, then 0, for everyone).
+ */
+export const DEFAULT_MAX_RATE_PER_SEC = 1e12;
 
 /**
  * Throws SpillwayError ERR_SPILLWAY_INVALID_REPORT (details: `field`, and `bucket` / `index` for a
@@ -33,6 +42,7 @@ export function validateReport(request: ReportRequest, limits: ReportLimits = {}
   const maxBuckets = limits.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
   const maxWindowMs = limits.maxWindowMs ?? DEFAULT_MAX_WINDOW_MS;
   const epsilon = limits.epsilon ?? 1e-6;
+  const maxRatePerSec = limits.maxRatePerSec ?? DEFAULT_MAX_RATE_PER_SEC;
 
   const id = request.reporterId;
   if (typeof id !== 'string' || id.length === 0) fail('reporterId', 'reporterId must be non-empty');
@@ -64,6 +74,17 @@ export function validateReport(request: ReportRequest, limits: ReportLimits = {}
     checkCount('offered', offered, index, key);
     checkCount('admitted', admitted, index, key);
     checkCount('wouldDrop', wouldDrop, index, key);
+    // admitted <= offered and wouldDrop <= admitted (below) bound theirs.
+    if ((offered * 1000) / windowMs > maxRatePerSec) {
+      fail(
+        'offered',
+        `bucket "${key}": offered ${offered} in ${windowMs} ms is over ${maxRatePerSec} per second`,
+        {
+          index,
+          bucket: key,
+        },
+      );
+    }
     if (admitted > offered + epsilon * Math.max(1, offered)) {
       fail('admitted', `bucket "${key}": admitted ${admitted} exceeds offered ${offered}`, {
         index,

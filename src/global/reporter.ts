@@ -1,6 +1,7 @@
 import { create } from '@bufbuild/protobuf';
 import type { Cancellable, Random, Scheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
 import {
   type BucketUsage,
   BucketUsageSchema,
@@ -238,7 +239,11 @@ export class Reporter {
       return;
     }
     const carryOverMaxMs = this.#config.carryOverMaxMs ?? DEFAULT_CARRY_OVER_INTERVALS * this.#intervalMs;
-    this.#reportStartMs = Math.max(this.#reportStartMs, nowMs - carryOverMaxMs);
+    // Never a window receivers refuse: past it a host would be refused for good.
+    this.#reportStartMs = Math.max(
+      this.#reportStartMs,
+      nowMs - Math.min(carryOverMaxMs, MAX_REPORT_WINDOW_MS),
+    );
     const reportStartMs = this.#reportStartMs;
 
     const candidates = this.#candidates;

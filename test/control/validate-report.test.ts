@@ -158,6 +158,23 @@ describe('validateReport', () => {
     );
   });
 
+  it('checks the rate a count claims: a finite count over a short window can be an infinite rate', () => {
+    const hostile = hostReport({
+      id: 'h1',
+      sequence: 1,
+      endMs: 10_000,
+      windowMs: 1,
+      buckets: [{ bucket: 'a', offered: 1e306 }],
+    });
+    assert.equal((hostile.buckets[0]!.offered * 1000) / 1, Number.POSITIVE_INFINITY);
+    rejects(hostile, 'offered', /over 1000000000000 per second/);
+    // A trillion a second is the default bound; a receiver may set its own.
+    validateReport(
+      hostReport({ id: 'h1', sequence: 1, endMs: 10_000, buckets: [{ bucket: 'a', offered: 1e12 }] }),
+    );
+    rejects(good(), 'offered', /over 5 per second/, { maxRatePerSec: 5 });
+  });
+
   it('names the offending bucket in details', () => {
     try {
       validateReport(

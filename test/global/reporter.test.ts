@@ -239,6 +239,28 @@ describe('reporter', () => {
     assert.equal(h.limiter.snapshot().buckets[0]!.offered, 1_100, 'local totals keep every call');
   });
 
+  it('never sends a window longer than receivers take, however long the carry-over bound', async () => {
+    // 5 intervals of 15 s could carry 75 s; receivers refuse windows over 60 s, and a host that
+    // sent one would be refused for good.
+    const h = harness({ intervalMs: 15_000 });
+    const a = h.limiter.bucket('a');
+    h.network.partition('agg-1', true);
+    for (let report = 0; report < 5; report++) {
+      for (let i = 0; i < 150; i++) a.allow();
+      h.clock.advance(15_000);
+      await h.flush();
+    }
+    h.network.partition('agg-1', false);
+    for (let i = 0; i < 150; i++) a.allow();
+    h.clock.advance(15_000);
+    await h.flush();
+    const report = h.aggregator.last;
+    const windowMs = Number(report.windowEndMs - report.windowStartMs);
+    assert.equal(windowMs, 60_000);
+    const offeredRps = (report.buckets[0]!.offered * 1000) / windowMs;
+    assert.ok(Math.abs(offeredRps - 10) < 1e-6, `offered rate ${offeredRps}`);
+  });
+
   it('caps buckets per report; deferred buckets go first next time, rate-preserved', async () => {
     const h = harness({ maxBucketsPerReport: 3 });
     for (const key of ['k1', 'k2', 'k3', 'k4', 'k5']) h.limiter.allow(key, 10);
