@@ -12,7 +12,10 @@ export interface ReportLimits {
   maxBucketsPerReport?: number;
   /** Longest window a report may cover. Default 60,000 ms (`MAX_REPORT_WINDOW_MS`). */
   maxWindowMs?: number;
-  /** Fastest rate (`offered` over the window) a bucket may claim. Default 1e12 per second. */
+  /**
+   * Fastest rate (`offered` over the window) a bucket may claim, per host the report speaks for
+   * (`host_count`, at least 1). Default 1e12 per second.
+   */
   maxRatePerSec?: number;
   /**
    * Relative slack for `admitted <= offered` and `wouldDrop <= admitted`: aggregators forward
@@ -42,7 +45,8 @@ export function validateReport(request: ReportRequest, limits: ReportLimits = {}
   const maxBuckets = limits.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
   const maxWindowMs = limits.maxWindowMs ?? DEFAULT_MAX_WINDOW_MS;
   const epsilon = limits.epsilon ?? 1e-6;
-  const maxRatePerSec = limits.maxRatePerSec ?? DEFAULT_MAX_RATE_PER_SEC;
+  // Per host the report speaks for: an aggregator's sum of honest hosts stays under it.
+  const maxRatePerSec = (limits.maxRatePerSec ?? DEFAULT_MAX_RATE_PER_SEC) * Math.max(1, request.hostCount);
 
   const id = request.reporterId;
   if (typeof id !== 'string' || id.length === 0) fail('reporterId', 'reporterId must be non-empty');

@@ -173,6 +173,15 @@ describe('validateReport', () => {
       hostReport({ id: 'h1', sequence: 1, endMs: 10_000, buckets: [{ bucket: 'a', offered: 1e12 }] }),
     );
     rejects(good(), 'offered', /over 5 per second/, { maxRatePerSec: 5 });
+    // Per host a report speaks for: a zone's sum of honest hosts passes where one host's would not.
+    const zone = hostReport({
+      id: 'agg',
+      sequence: 1,
+      endMs: 10_000,
+      hostCount: 3,
+      buckets: [{ bucket: 'a', offered: 12 }],
+    });
+    validateReport(zone, { maxRatePerSec: 5 });
   });
 
   it('names the offending bucket in details', () => {
