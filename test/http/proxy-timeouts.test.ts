@@ -36,6 +36,27 @@ function rules(server = ''): string {
   return `${server}backend:\n  kind: local\nbuckets: []\n`;
 }
 
+/**
+ * A proxy with one pooled connection (plus `upstreamOptions`), held by a response that never ends
+ * (a stream, a long poll); other paths answer "ok".
+ */
+async function startHeldPool(upstreamOptions: string) {
+  const { upstream, proxy } = await fixtures.start(
+    rules(),
+    (req, res) => {
+      res.writeHead(200);
+      if (req.url === '/stream') res.write('x');
+      else res.end('ok');
+    },
+    `\n  connections: 1${upstreamOptions}`,
+  );
+  const stream = request(`${proxy.base}/stream`, { agent: false });
+  stream.on('error', () => {});
+  stream.end();
+  await until('the stream holds the connection', () => upstream.seen.length === 1);
+  return { upstream, proxy, stream };
+}
+
 /** A POST declaring `contentLength` bytes; the test writes them. Resolves with the response. */
 function upload(
   url: string,
@@ -234,20 +255,7 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
   });
 
   it('requests that give up while the pool is held are swept out of its queue, not kept until a connection frees', async () => {
-    const { upstream, proxy } = await fixtures.start(
-      rules(),
-      (req, res) => {
-        // A long-lived response (a stream, a long poll) holds the only connection.
-        res.writeHead(200);
-        if (req.url === '/stream') res.write('x');
-        else res.end('ok');
-      },
-      '\n  connections: 1\n  headersTimeoutMs: 50',
-    );
-    const stream = request(`${proxy.base}/stream`, { agent: false });
-    stream.on('error', () => {});
-    stream.end();
-    await until('the stream holds the connection', () => upstream.seen.length === 1);
+    const { proxy, stream } = await startHeldPool('\n  headersTimeoutMs: 50');
     const given = 600;
     for (let sent = 0; sent < given; sent += 50) {
       const answers = await Promise.all(Array.from({ length: 50 }, () => send(`${proxy.base}/queued`)));
@@ -264,19 +272,7 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
   });
 
   it('refuses 503 upstream_queue_full past upstream.maxQueued waiting requests; those waiting are served', async () => {
-    const { upstream, proxy } = await fixtures.start(
-      rules(),
-      (req, res) => {
-        res.writeHead(200);
-        if (req.url === '/stream') res.write('x');
-        else res.end('ok');
-      },
-      '\n  connections: 1\n  maxQueued: 2\n  headersTimeoutMs: 10000',
-    );
-    const stream = request(`${proxy.base}/stream`, { agent: false });
-    stream.on('error', () => {});
-    stream.end();
-    await until('the stream holds the connection', () => upstream.seen.length === 1);
+    const { upstream, proxy, stream } = await startHeldPool('\n  maxQueued: 2\n  headersTimeoutMs: 10000');
     const queued = [send(`${proxy.base}/a`), send(`${proxy.base}/b`)];
     await until('two requests wait', () => proxy.proxy.upstreamQueue.waiting === 2);
     assert.equal(

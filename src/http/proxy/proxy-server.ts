@@ -575,40 +575,42 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
     /** No request body bytes for `timeoutMs` while undici waited for them: 408, or a cut response. */
     bodyIdle(timeoutMs: number): void {
-      if (this.outcome !== undefined) return;
-      this.settle('client_timeout');
-      const res = this.res;
-      if (res.headersSent) {
-        res.destroy();
-      } else {
-        res.setHeader('connection', 'close');
-        sendJson(
-          res,
-          408,
-          { error: 'client_timeout', message: `no request body bytes for ${timeoutMs} ms` },
-          this.limitHeaders,
-        );
-      }
-      this.controller?.abort(new ExchangeAbortError('the client stopped sending the request body'));
+      // The client is the stalled side: nothing to read and drop after the answer.
+      this.bodyStalled('client_timeout', 408, `no request body bytes for ${timeoutMs} ms`, false);
     }
 
     /** The upstream took no request body bytes for `timeoutMs`: 504, or a cut response. */
     bodyStuckUpstream(timeoutMs: number): void {
+      this.bodyStalled(
+        'upstream_timeout',
+        504,
+        `upstream took no request body bytes for ${timeoutMs} ms`,
+        true,
+      );
+    }
+
+    /**
+     * The request body stalled on one side: the upstream request is aborted and the client gets
+     * `status` with `Connection: close`, or a cut response once one started. `drainRest`: the rest
+     * of the body is read and dropped after the answer (`closeAfterResponse`).
+     */
+    bodyStalled(
+      outcome: 'client_timeout' | 'upstream_timeout',
+      status: 408 | 504,
+      message: string,
+      drainRest: boolean,
+    ): void {
       if (this.outcome !== undefined) return;
-      this.settle('upstream_timeout');
+      this.settle(outcome);
       const res = this.res;
       if (res.headersSent) {
         res.destroy();
       } else {
-        this.closeAfterResponse();
-        sendJson(
-          res,
-          504,
-          { error: 'upstream_timeout', message: `upstream took no request body bytes for ${timeoutMs} ms` },
-          this.limitHeaders,
-        );
+        if (drainRest) this.closeAfterResponse();
+        else res.setHeader('connection', 'close');
+        sendJson(res, status, { error: outcome, message }, this.limitHeaders);
       }
-      this.controller?.abort(new ExchangeAbortError('the upstream stopped taking the request body'));
+      this.controller?.abort(new ExchangeAbortError(message));
     }
 
     /**
