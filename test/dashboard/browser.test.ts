@@ -203,19 +203,31 @@ describe('dashboard in headless Chromium', {
       `painted pixels per chart: ${inked}`,
     );
 
-    // The offered rate the page shows is the controller's for the same tick, to the digit.
-    const shown = await page.evaluate((bucket) => {
-      const latest = (globalThis as unknown as PageGlobals).spillway!.latest();
-      const cell = (globalThis as unknown as PageGlobals).document.querySelector(
-        `tr[data-bucket="${bucket}"] td[data-field="offered"]`,
-      )!;
-      return {
-        version: latest.controller.version,
-        value: Number(cell.getAttribute('data-value')),
-        text: cell.textContent,
-      };
-    }, SHADOW);
-    const history = (await (await fetch(`${base}api/history`)).json()) as BucketHistoryColumns;
+    // The offered rate the page shows is the controller's for the same tick, to the digit. The
+    // page's latest view can be the `snapshot` event of a (re)connected stream, whose version no
+    // tick recorded: read again until it is a tick's, which the next tick makes it.
+    const readShown = () =>
+      page.evaluate((bucket) => {
+        const latest = (globalThis as unknown as PageGlobals).spillway!.latest();
+        const cell = (globalThis as unknown as PageGlobals).document.querySelector(
+          `tr[data-bucket="${bucket}"] td[data-field="offered"]`,
+        )!;
+        return {
+          version: latest.controller.version,
+          value: Number(cell.getAttribute('data-value')),
+          text: cell.textContent,
+        };
+      }, SHADOW);
+    let shown = await readShown();
+    let history = (await (await fetch(`${base}api/history`)).json()) as BucketHistoryColumns;
+    for (
+      const deadline = Date.now() + 10_000;
+      !history.versions.includes(shown.version) && Date.now() < deadline;
+    ) {
+      await new Promise((resolve) => setTimeout(resolve, 100));
+      shown = await readShown();
+      history = (await (await fetch(`${base}api/history`)).json()) as BucketHistoryColumns;
+    }
     const at = history.versions.indexOf(shown.version);
     assert.ok(at >= 0, `tick ${shown.version} in the controller's history`);
     const offered = history.buckets[SHADOW]!.offeredRps[at]!;
