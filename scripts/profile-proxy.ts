@@ -5,7 +5,7 @@
 //
 //   node --import tsx scripts/profile-proxy.ts [--cases upstream,bare,local,global] [--rate 1000]
 //        [--duration 10] [--max-duration 5] [--warmup 3] [--connections 50] [--rounds 1]
-//        [--baseline DIR] [--body-bytes N] [--cpu-prof DIR] [--top 40]
+//        [--baseline DIR] [--body-bytes N] [--cpu-prof DIR] [--top 40] [--proxy-node-flags "..."]
 //   node --import tsx scripts/profile-proxy.ts summarize FILE.cpuprofile [--top 40]
 //
 // For each proxy, its request thread's garbage collection pauses during the fixed-rate run, from
@@ -219,6 +219,7 @@ async function main(argv: string[]): Promise<void> {
       'body-bytes': { type: 'string', default: '0' },
       'cpu-prof': { type: 'string' },
       top: { type: 'string', default: '40' },
+      'proxy-node-flags': { type: 'string', default: '' },
     },
   });
   const cases = String(values.cases).split(',') as CaseId[];
@@ -233,6 +234,11 @@ async function main(argv: string[]): Promise<void> {
   const rounds = Number(values.rounds);
   loadBodyBytes = Number(values['body-bytes']);
   const profDir = values['cpu-prof'] === undefined ? undefined : resolve(values['cpu-prof']);
+  // Node flags for the proxies only (e.g. "--max-semi-space-size=4"), to see what a V8 heap
+  // setting does to the request thread's collections.
+  const proxyNodeFlags = String(values['proxy-node-flags'])
+    .split(' ')
+    .filter((flag) => flag !== '');
   // Another checkout (e.g. `git worktree add /tmp/base HEAD~1`): its proxy runs beside this one's,
   // round-robin, so a before/after comparison sees the same machine load.
   const trees: { label: string; root: string }[] = [{ label: '', root: ROOT }];
@@ -304,6 +310,7 @@ async function main(argv: string[]): Promise<void> {
         if (caseProfDir !== undefined) mkdirSync(caseProfDir, { recursive: true });
         const nodeFlags = caseProfDir === undefined ? [] : ['--cpu-prof', `--cpu-prof-dir=${caseProfDir}`];
         const proxy = await startProcess(name, [
+          ...proxyNodeFlags,
           ...nodeFlags,
           '--import',
           'tsx',
