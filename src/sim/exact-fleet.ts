@@ -5,8 +5,9 @@ import type { AdmissionPoint, SimFleet } from './sim-fleet.js';
 
 /**
  * The `exact` variant: every host shares one token bucket per bucket key, as with a perfect store.
- * Its burst is one traffic tick, so per tick it admits min(offered, limit): no window of the run
- * sees more than the limit, and below the limit nothing is dropped beyond arrival noise.
+ * Its burst is one traffic tick, so per tick it admits min(offered, limit) (a fraction of a request
+ * carried to the next tick): no window of the run sees more than the limit give or take one request,
+ * and below the limit nothing is dropped beyond arrival noise.
  */
 export function createExactFleet(scenario: Scenario, clock: Clock): SimFleet {
   const limiters = scenario.buckets.map((bucket) =>

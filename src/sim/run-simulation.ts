@@ -80,6 +80,8 @@ export interface SimResult {
 }
 
 const START_MS = 1_700_000_000_000;
+/** Most samples over all buckets: each bucket keeps Float64Arrays of offered and admitted per variant. */
+const MAX_SERIES_POINTS = 10_000_000;
 
 /** Apply command-line style overrides to a scenario; host events scale with the fleet. */
 export function applyOverrides(scenario: Scenario, options: SimOptions): Scenario {
@@ -126,10 +128,25 @@ export async function runSimulation(baseScenario: Scenario, options: SimOptions 
       { field: 'sampleMs' },
     );
   }
+  const totalMs = scenario.seconds * 1000;
+  if (totalMs % sampleMs !== 0) {
+    // A last, partial sample would hold traffic no figure or chart counts.
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `seconds (${scenario.seconds}) must be a whole number of samples (${sampleMs} ms)`,
+      { field: 'seconds' },
+    );
+  }
+  const samples = totalMs / sampleMs;
+  if (samples * scenario.buckets.length > MAX_SERIES_POINTS) {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `${scenario.buckets.length} buckets x ${samples} samples is over ${MAX_SERIES_POINTS} points per series: fewer buckets, fewer seconds or a longer sampleMs`,
+      { field: 'sampleMs' },
+    );
+  }
   const createFleet = options.createFleet ?? defaultFleet;
   const tuning = options.tuning ?? {};
-  const totalMs = scenario.seconds * 1000;
-  const samples = totalMs / sampleMs;
 
   const limitSeries = scenario.buckets.map((bucket) =>
     Array.from({ length: samples }, (_, i) => limitAt(scenario, bucket.key, (i * sampleMs) / 1000)),

@@ -99,9 +99,20 @@ const eventSchema = z.discriminatedUnion('kind', [
   }),
 ]);
 
+/** Most requests a scenario may offer (bounded by its peak rates): about an hour per variant here. */
+export const MAX_ARRIVALS = 2e10;
+
 const scenarioSchema = z
   .object({
-    name: z.string().min(1).max(100),
+    // The name becomes the result files' names (<name>.json, <name>.svg): no path separators.
+    name: z
+      .string()
+      .min(1)
+      .max(100)
+      .regex(
+        /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+        'letters, digits, ".", "_" and "-", starting with a letter or digit',
+      ),
     description: z.string().default(''),
     seconds: z.number().finite().positive().max(86_400).default(60),
     hosts: z.number().int().min(1).max(100_000).default(1000),
@@ -179,6 +190,20 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
         { source },
       );
     }
+  }
+  // Every arrival is one real allow() call per variant: bound the run before it starts, not after hours.
+  let arrivalsBound = 0;
+  for (const bucket of value.buckets) {
+    let peakRps = 0;
+    for (const [, rps] of bucket.offeredRps) peakRps = Math.max(peakRps, rps);
+    arrivalsBound += peakRps * value.seconds;
+  }
+  if (arrivalsBound > MAX_ARRIVALS) {
+    throw new SpillwayError(
+      ErrorCode.InvalidConfig,
+      `${source}: up to ${arrivalsBound.toExponential(2)} requests (each bucket's highest offeredRps x seconds), over the maximum ${MAX_ARRIVALS.toExponential(0)}: each is one allow() call per variant`,
+      { source },
+    );
   }
   if (value.seconds * 1000 < value.tickMs || (value.seconds * 1000) % value.tickMs !== 0) {
     throw new SpillwayError(

@@ -32,9 +32,10 @@ export function renderSimChart(result: SimResult, bucketKey = result.scenario.fo
   const smooth = (values: readonly number[]) => slidingMean(values, Math.round(1 / sampleS)).map(toRps);
   const offeredRps = smooth(series.offered);
   const admittedRps = result.variants.map((v) => ({ variant: v, rps: smooth(series.admitted[v]!) }));
-  const maxLimit = Math.max(...series.limitRps);
-  const maxAdmitted = Math.max(...admittedRps.flatMap((a) => a.rps));
-  const maxOffered = Math.max(...offeredRps);
+  // Loops, not Math.max(...values): a day-long run has 864,000 samples, past the engine's argument limit.
+  const maxLimit = maxOf(series.limitRps);
+  const maxAdmitted = admittedRps.reduce((max, a) => Math.max(max, maxOf(a.rps)), -Infinity);
+  const maxOffered = maxOf(offeredRps);
   // Offered can be 15x the limit; scale to what the limiters admit so their errors stay visible.
   const yMax = niceCeil(Math.max(maxLimit * 1.6, maxAdmitted * 1.1, Math.min(maxOffered, maxLimit * 3)) || 1);
   const offeredClipped = maxOffered > yMax;
@@ -203,4 +204,10 @@ function fmt(value: number): string {
 
 function escapeXml(text: string): string {
   return text.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+}
+
+function maxOf(values: readonly number[]): number {
+  let max = -Infinity;
+  for (const value of values) if (value > max) max = value;
+  return max;
 }

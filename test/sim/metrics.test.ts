@@ -95,4 +95,25 @@ describe('traffic draws and the exact baseline', () => {
     }
     assert.equal(admitted, 500);
   });
+
+  it('the exact limiter keeps the fraction of a token a tick leaves, so any limit is its long-run rate', () => {
+    for (const limitRps of [50, 99, 150, 1030, 1050]) {
+      const limiter = createExactLimiter({ limitRps, burstMs: 10, nowMs: 0 });
+      const burst = (limitRps * 10) / 1000;
+      let admitted = 0;
+      for (let tick = 0; tick < 1000; tick++) {
+        let thisTick = 0;
+        for (let i = 0; i < Math.ceil(burst * 3); i++) if (limiter.allow(tick * 10)) thisTick++;
+        assert.ok(thisTick <= Math.ceil(burst), `${limitRps} rps: ${thisTick} in one tick`);
+        admitted += thisTick;
+      }
+      // 10 s at 3x the limit: the limit x 10, give or take the one request a fraction rounds to.
+      assert.ok(Math.abs(admitted - limitRps * 10) <= 1, `${limitRps} rps admitted ${admitted} in 10 s`);
+    }
+    // A whole burst stays whole: idle time never lets a tick take one more.
+    const limiter = createExactLimiter({ limitRps: 1000, burstMs: 10, nowMs: 0 });
+    let admitted = 0;
+    for (let i = 0; i < 20; i++) if (limiter.allow(5_000)) admitted++;
+    assert.equal(admitted, 10);
+  });
 });

@@ -55,6 +55,11 @@ describe('scenarios', () => {
         buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }],
       },
       { name: 'x', seconds: 1.005, buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }] },
+      // The name names the result files: no directories, no way out of --out.
+      { name: 'team/checkout', buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }] },
+      { name: '../x', buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 5]] }] },
+      // 1e15 requests a second would run for ever, one allow() call each.
+      { name: 'x', buckets: [{ key: 'a', limitRps: 1, offeredRps: [[0, 1e15]] }] },
     ];
     for (const input of bad) {
       assert.throws(
