@@ -1,9 +1,9 @@
 import { loadLimitsConfig } from '../config/limits-config.js';
-import { AUTO_TUNE_MARKER } from '../control/tuning/auto-tuner.js';
+import { stepTakenToday, takeTodaysStep } from '../control/tuning/auto-tuner.js';
 import { formatProposals } from '../control/tuning/format-proposals.js';
 import { dayStartOf, type HistoryStore, utcDate } from '../control/tuning/history-store.js';
-import { type LimitChange, writeLimitsFile } from '../control/tuning/limits-file-writer.js';
-import { proposeLimits } from '../control/tuning/propose-limits.js';
+import type { LimitChange } from '../control/tuning/limits-file-writer.js';
+import { DEFAULT_MIN_DAYS, proposeLimits } from '../control/tuning/propose-limits.js';
 import { createSqliteHistoryStore } from '../control/tuning/sqlite-history-store.js';
 import { isSpillwayError } from '../core/errors.js';
 import { type CommandSpec, numberFlag, runCommand, stringFlag, usageError } from './command-line.js';
@@ -18,7 +18,7 @@ export const spec: CommandSpec = {
     history: {
       type: 'string',
       valueName: 'path.sqlite',
-      description: "the controller's history file (controller --history)",
+      description: "the controller's history file (controller --history); it must exist",
       required: true,
     },
     config: { type: 'string', valueName: 'limits.yaml', description: 'the limits file', required: true },
@@ -26,8 +26,8 @@ export const spec: CommandSpec = {
     'min-days': {
       type: 'string',
       valueName: 'n',
-      description: 'fewer days with data than this: no proposal',
-      defaultText: '7',
+      description: 'fewer days with demand than this: no proposal',
+      defaultText: String(DEFAULT_MIN_DAYS),
     },
     apply: {
       type: 'boolean',
@@ -54,7 +54,7 @@ export function run(argv: string[]): Promise<number> {
     const configPath = stringFlag(values, 'config')!;
     const weeks = numberFlag(values, 'weeks', 4, { min: 1, integer: true });
     if (weeks > 52) throw usageError(`--weeks must be at most 52, got ${weeks}`, { flag: 'weeks' });
-    const minDays = numberFlag(values, 'min-days', 7, { min: 1, integer: true });
+    const minDays = numberFlag(values, 'min-days', DEFAULT_MIN_DAYS, { min: 1, integer: true });
     const apply = values.apply === true;
     const json = values.json === true;
     if (values.force === true && !apply)
@@ -64,7 +64,7 @@ export function run(argv: string[]): Promise<number> {
     let store: HistoryStore;
     try {
       // Read-only unless applying: tuning a copy of the file, or one the controller owns, writes nothing.
-      store = createSqliteHistoryStore({ path: historyPath, readonly: !apply });
+      store = createSqliteHistoryStore({ path: historyPath, readonly: !apply, mustExist: true });
     } catch (error) {
       throw usageError(`--history: ${isSpillwayError(error) ? error.message : String(error)}`, {
         flag: 'history',
@@ -80,11 +80,10 @@ export function run(argv: string[]): Promise<number> {
       let note: string | undefined;
       if (apply) {
         const todayMs = dayStartOf(nowMs);
-        if (store.getMarker(AUTO_TUNE_MARKER) === todayMs && values.force !== true) {
+        if (stepTakenToday(store, todayMs) && values.force !== true) {
           note = `tuning was already applied today (${utcDate(todayMs)}, UTC); nothing written (--force applies another step)`;
         } else {
-          if (changes.length > 0) await writeLimitsFile(configPath, changes);
-          store.setMarker(AUTO_TUNE_MARKER, todayMs);
+          await takeTodaysStep(store, configPath, changes, todayMs);
           applied = changes;
           note =
             changes.length > 0

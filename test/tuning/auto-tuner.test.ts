@@ -70,6 +70,31 @@ describe('auto tuner', () => {
     assert.equal((await tuner.runIfDue()).outcome, 'nothing-to-apply');
   });
 
+  it('a marker dated after today counts as today: a clock that ran ahead and came back takes no second step', async () => {
+    const path = join(dir, 'skew.yaml');
+    writeFileSync(path, LIMITS);
+    const store = createMemoryHistoryStore();
+    recordDays(store, 'auto', 28, () => 2000);
+    const warnings: string[] = [];
+    const tunerAt = (clock: ManualClock) =>
+      createAutoTuner({
+        store,
+        configPath: path,
+        scheduler: clock,
+        logger: { info: () => {}, warn: (_f, m) => warnings.push(m) },
+      });
+    assert.equal((await tunerAt(new ManualClock(NOW_MS)).runIfDue()).outcome, 'applied');
+    assert.equal(limitOf(path, 'auto'), 1200);
+    // The clock jumps a day ahead: that is, as far as anyone can tell, tomorrow's step.
+    assert.equal((await tunerAt(new ManualClock(NOW_MS + DAY_MS)).runIfDue()).outcome, 'applied');
+    assert.equal(limitOf(path, 'auto'), 1440);
+    // Corrected, still the real today: a third step would make two in one real day.
+    const corrected = await tunerAt(new ManualClock(NOW_MS + 3_600_000)).runIfDue();
+    assert.equal(corrected.outcome, 'skipped');
+    assert.equal(limitOf(path, 'auto'), 1440);
+    assert.match(warnings.join('\n'), /dated after today/);
+  });
+
   it('the timer checks every checkEveryMs; a failure is logged and retried, never thrown', async () => {
     const path = join(dir, 'broken.yaml');
     writeFileSync(path, 'version: 2\n');

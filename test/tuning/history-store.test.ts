@@ -157,6 +157,45 @@ describe('SQLite history store specifics', () => {
     again.close();
   });
 
+  it('ranges are half-open on fractional bounds too, as in the memory store', () => {
+    const store = createSqliteHistoryStore({ path: ':memory:' });
+    store.recordPeak('a', DAY0, 5);
+    assert.equal(store.peaks('a', DAY0 + 0.5, DAY0 + MINUTE_MS).length, 0);
+    assert.equal(store.dailyPeaks('a', DAY0 + 0.5, DAY0 + DAY_MS).length, 0);
+    assert.equal(store.peaks('a', DAY0 - 0.5, DAY0 + 0.5).length, 1);
+    store.close();
+  });
+
+  it('rows that are not a rate (a file edited by another tool) are skipped, not read as NaN', async () => {
+    const path = join(dir, 'edited.sqlite');
+    const store = createSqliteHistoryStore({ path });
+    store.recordPeak('a', DAY0, 10);
+    store.recordPeak('a', DAY0 + DAY_MS, 20);
+    store.recordPeak('a', DAY0 + 2 * DAY_MS, 30);
+    store.close();
+    const Database = (await import('better-sqlite3')).default;
+    const raw = new Database(path);
+    raw.prepare('UPDATE daily_peaks SET peak_offered_rps = ? WHERE day_start_ms = ?').run('lots', DAY0);
+    raw.prepare('UPDATE daily_peaks SET peak_offered_rps = ? WHERE day_start_ms = ?').run(-5, DAY0 + DAY_MS);
+    raw.prepare('UPDATE minute_peaks SET peak_offered_rps = ? WHERE minute_start_ms = ?').run('x', DAY0);
+    raw.close();
+    const again = createSqliteHistoryStore({ path, readonly: true });
+    assert.deepEqual(again.dailyPeaks('a', 0, DAY0 + 3 * DAY_MS), [
+      { dayStartMs: DAY0 + 2 * DAY_MS, peakOfferedRps: 30 },
+    ]);
+    assert.equal(again.peaks('a', 0, DAY0 + 3 * DAY_MS).length, 2);
+    again.close();
+  });
+
+  it('mustExist: a missing file is an error, and nothing is created', () => {
+    const path = join(dir, 'typo', 'history.sqlite');
+    assert.throws(
+      () => createSqliteHistoryStore({ path, mustExist: true }),
+      (error) => isSpillwayError(error, 'ERR_SPILLWAY_STORE_UNAVAILABLE') && error.message.includes(path),
+    );
+    assert.equal(existsSync(join(dir, 'typo')), false);
+  });
+
   it('read-only open of a missing file is ERR_SPILLWAY_STORE_UNAVAILABLE naming it', () => {
     const path = join(dir, 'nope.sqlite');
     assert.throws(

@@ -112,7 +112,7 @@ describe('PeakRecorder', () => {
     assert.equal(recorder.stats().failedFlushes, 1);
   });
 
-  it('prunes once per UTC day with separate minute and daily retentions', () => {
+  it('prunes once per UTC day, after a midnight it ran through, with separate retentions', () => {
     const clock = new ManualClock(MINUTE0);
     const store = createMemoryHistoryStore();
     store.recordPeak('old', MINUTE0 - 3 * DAY_MS, 1);
@@ -124,11 +124,47 @@ describe('PeakRecorder', () => {
     });
     recorder.observe(snapshot(clock, { a: 1 }));
     recorder.flush();
+    assert.equal(store.peaks('old', 0, MINUTE0).length, 2, 'a first flush never prunes');
+    // Through the night (a minute every hour), into the next UTC day.
+    for (let hour = 0; hour < 15; hour++) {
+      clock.advance(3_600_000);
+      recorder.observe(snapshot(clock, { a: 1 }));
+    }
+    recorder.flush();
     assert.deepEqual(store.peaks('old', 0, MINUTE0), [], 'minutes older than 2 days pruned');
     assert.deepEqual(
       store.dailyPeaks('old', 0, MINUTE0).map((d) => d.dayStartMs),
       [Date.UTC(2026, 0, 2)],
-      'the 3-day-old day is kept, the 20-day-old one pruned',
+      'the 4-day-old day is kept, the 21-day-old one pruned',
     );
+  });
+
+  it('one reading of a clock gone months ahead prunes nothing', () => {
+    const clock = new ManualClock(MINUTE0);
+    const store = createMemoryHistoryStore();
+    for (let day = 1; day <= 28; day++) store.recordPeak('a', MINUTE0 - day * DAY_MS, 1000);
+    const recorder = createPeakRecorder({ store });
+    recorder.observe(snapshot(clock, { a: 900 }));
+    recorder.observe({ ...snapshot(clock, { a: 900 }), nowMs: MINUTE0 + 120 * DAY_MS });
+    clock.advance(60_000);
+    recorder.observe(snapshot(clock, { a: 900 })); // the clock corrected
+    recorder.flush();
+    assert.equal(store.dailyPeaks('a', 0, MINUTE0 - 12 * 3_600_000).length, 28, 'all 28 past days kept');
+  });
+
+  it("records exact-key buckets only: a template's instances are keys callers choose", () => {
+    const clock = new ManualClock(MINUTE0);
+    const store = createMemoryHistoryStore();
+    const recorder = createPeakRecorder({ store });
+    recorder.observe({
+      nowMs: clock.nowMs(),
+      buckets: [
+        { key: 'payments', rule: 'payments', offeredRps: 5, scope: 'global' },
+        { key: 'caller:alice', rule: 'caller:*', offeredRps: 7, scope: 'global' },
+        { key: 'legacy', offeredRps: 3, scope: 'global' },
+      ],
+    });
+    recorder.flush();
+    assert.deepEqual(store.buckets(), ['legacy', 'payments']);
   });
 });

@@ -5,6 +5,8 @@ import { formatProposals } from '../../src/control/tuning/format-proposals.js';
 import { DAY_MS, type HistoryStore, utcDate } from '../../src/control/tuning/history-store.js';
 import { createMemoryHistoryStore } from '../../src/control/tuning/memory-history-store.js';
 import {
+  chosenIndex,
+  MIN_TUNED_LIMIT_RPS,
   type ProposeLimitsOptions,
   proposeLimits,
   quantileIndex,
@@ -83,12 +85,49 @@ describe('proposeLimits: known answers on generated history', () => {
     const ignored = p.explanation!.sizing!.ignored;
     assert.equal(ignored[0]!.date, utcDate(spikeDay));
     assert.equal(ignored[0]!.peakOfferedRps, 10_000);
-    // Even with the minimum history (7 days), the single highest day is never the chosen one.
+    // Even with a week of history (minDays lowered to 7), neither of the two highest days is the
+    // chosen one: an incident that crosses midnight fills two days and still cannot raise a limit.
     const short = createMemoryHistoryStore();
-    recordDays(short, 'api', 7, (_day, ago) => (ago === 3 ? 10_000 : 1000));
-    assert.equal(proposeOne(short, rule('api', 1200)).proposedLimitRps, 1300);
+    recordDays(short, 'api', 7, (_day, ago) => (ago === 3 || ago === 4 ? 10_000 : 1000));
+    const shortProposal = proposeOne(short, rule('api', 1200), { minDays: 7 });
+    assert.equal(shortProposal.proposedLimitRps, 1300);
+    assert.equal(shortProposal.explanation!.sizing!.rank, 3);
     // The max (quantile 1) is exactly what would be inflated: documented trade-off.
-    assert.equal(proposeOne(short, rule('api', 1200, { quantile: 1 })).proposedLimitRps, 1440);
+    assert.equal(
+      proposeOne(short, rule('api', 1200, { quantile: 1 }), { minDays: 7 }).proposedLimitRps,
+      1440,
+    );
+  });
+
+  it('the two highest days are never chosen below quantile 1; the plain order statistic otherwise', () => {
+    assert.equal(chosenIndex(28, 0.95), 25, 'floor(0.95 x 27) = 25 = n - 3 already');
+    assert.equal(chosenIndex(21, 0.95), 18, 'floor(0.95 x 20) = 19 would be the 2nd highest');
+    assert.equal(chosenIndex(7, 0.95), 4);
+    assert.equal(chosenIndex(7, 0.5), 3);
+    assert.equal(chosenIndex(7, 1), 6, 'quantile 1 is the max, asked for');
+    assert.equal(chosenIndex(2, 0.95), 0);
+    assert.equal(chosenIndex(1, 0.95), 0);
+  });
+
+  it('days without demand do not count: an idle bucket keeps its limit', () => {
+    const store = createMemoryHistoryStore();
+    recordDays(store, 'idle', 28, () => 0);
+    const p = proposeOne(store, rule('idle', 200, { auto: true }));
+    assert.equal(p.status, 'insufficient-history');
+    assert.equal(p.proposedLimitRps, 200);
+    assert.equal(p.reason, 'only 0 days with demand in the last 4 weeks (need 21)');
+  });
+
+  it('never proposes a limit of 0, which would be a block tuning then leaves for good', () => {
+    const store = createMemoryHistoryStore();
+    recordDays(store, 'tiny', 28, () => 0.001);
+    for (const maxChangePerDay of [1, 10]) {
+      const p = proposeOne(store, rule('tiny', 0.02, { maxChangePerDay }));
+      assert.equal(p.proposedLimitRps, MIN_TUNED_LIMIT_RPS, `maxChangePerDay ${maxChangePerDay}`);
+    }
+    const p = proposeOne(store, rule('tiny', 200, { maxChangePerDay: 1 }));
+    assert.equal(p.proposedLimitRps, MIN_TUNED_LIMIT_RPS);
+    assert.equal(p.status, 'change');
   });
 
   it('a growing trend: the limit follows, never faster than maxChangePerDay per daily application', () => {
@@ -102,7 +141,7 @@ describe('proposeLimits: known answers on generated history', () => {
       // Yesterday's traffic is in the store by today's run.
       if (day > 0) recordDays(store, 'api', 1, peakOn, dayStartMs);
       const p = proposeOne(store, rule('api', limitRps, { auto: true }), {}, dayStartMs + 3_600_000);
-      if (day < 7) {
+      if (day < 21) {
         assert.equal(p.status, 'insufficient-history', `day ${day}`);
         continue;
       }
@@ -172,12 +211,12 @@ describe('proposeLimits: known answers on generated history', () => {
     assert.equal(p.status, 'insufficient-history');
     assert.equal(p.action, 'none');
     assert.equal(p.proposedLimitRps, 700);
-    assert.equal(p.reason, 'only 6 days of history in the last 4 weeks (need 7)');
+    assert.equal(p.reason, 'only 6 days with demand in the last 4 weeks (need 21)');
     assert.equal(p.explanation!.dailyPeaks.length, 6);
     assert.equal(p.explanation!.sizing, undefined);
     assert.equal(proposeOne(store, rule('api', 700), { minDays: 6 }).proposedLimitRps, 840);
     const never = proposeOne(store, rule('unknown', 700));
-    assert.equal(never.reason, 'only 0 days of history in the last 4 weeks (need 7)');
+    assert.equal(never.reason, 'only 0 days with demand in the last 4 weeks (need 21)');
   });
 
   it('opt-in buckets are applied, the others reviewed; templates and limit 0 are never tuned', () => {
@@ -224,7 +263,7 @@ describe('proposeLimits: known answers on generated history', () => {
       'api        1000      1200    +20%  apply (auto)  change',
       '',
       'api: change (tuning.auto)',
-      '  history: 28 days with data in 2026-02-02..2026-03-01 (UTC), daily peaks of offered rps',
+      '  history: 28 days with demand in 2026-02-02..2026-03-01 (UTC), daily peaks of offered rps',
     ];
     assert.deepEqual(text.split('\n').slice(0, 6), expected);
     assert.match(text, /^ {2}peaks: 02-02 1000, 02-03 1000, .*02-20 10000, .*02-28 400, 03-01 400$/m);

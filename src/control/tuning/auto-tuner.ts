@@ -2,7 +2,7 @@ import { loadLimitsConfig } from '../../config/limits-config.js';
 import { type Cancellable, type Scheduler, systemScheduler } from '../../core/clock.js';
 import type { ControlLogger } from '../control-logger.js';
 import { silentLogger } from '../control-logger.js';
-import { dayStartOf, type HistoryStore } from './history-store.js';
+import { dayStartOf, type HistoryStore, utcDate } from './history-store.js';
 import type { LimitChange } from './limits-file-writer.js';
 import { writeLimitsFile } from './limits-file-writer.js';
 import { type ProposeLimitsOptions, proposeLimits, type TuningProposal } from './propose-limits.js';
@@ -40,6 +40,38 @@ export interface AutoTuner {
 export const AUTO_TUNE_MARKER = 'autoTune.lastRunDayStartMs';
 
 /**
+ * Whether today's step has been taken: the marker is today, or a later day. A later day means a
+ * clock ran ahead when the step was taken; taking another now would make two steps in one real day,
+ * so tuning waits until that day (`spillway tune --apply --force` takes a step now and resets it).
+ */
+export function stepTakenToday(store: HistoryStore, todayMs: number): boolean {
+  const marker = store.getMarker(AUTO_TUNE_MARKER);
+  return marker !== undefined && marker >= todayMs;
+}
+
+/**
+ * Takes today's step: the marker first, then the limits file, so a crash between the two loses the
+ * day's step instead of allowing a second one after a restart. A write that fails gives the day back
+ * (the next check retries).
+ */
+export async function takeTodaysStep(
+  store: HistoryStore,
+  configPath: string,
+  changes: LimitChange[],
+  todayMs: number,
+): Promise<void> {
+  const previous = store.getMarker(AUTO_TUNE_MARKER);
+  store.setMarker(AUTO_TUNE_MARKER, todayMs);
+  if (changes.length === 0) return;
+  try {
+    await writeLimitsFile(configPath, changes);
+  } catch (error) {
+    store.setMarker(AUTO_TUNE_MARKER, previous ?? 0);
+    throw error;
+  }
+}
+
+/**
  * Applies the proposals of buckets that opted in (`tuning.auto: true`) once per UTC day, by rewriting
  * the limits file (atomically; comments kept) so the file stays the one source of truth and the
  * controller's reload applies the new limits (`controller.updateConfig`). Proposals for the other
@@ -62,7 +94,14 @@ export function createAutoTuner(options: AutoTunerOptions): AutoTuner {
     const todayMs = dayStartOf(nowMs);
     let proposals: TuningProposal[] = [];
     try {
-      if (options.store.getMarker(AUTO_TUNE_MARKER) === todayMs) {
+      if (stepTakenToday(options.store, todayMs)) {
+        const marker = options.store.getMarker(AUTO_TUNE_MARKER)!;
+        if (marker > todayMs) {
+          logger.warn(
+            { lastRun: utcDate(marker), today: utcDate(todayMs) },
+            'tuning: the last automatic run is dated after today (a clock ran ahead); no step until that day passes (spillway tune --apply --force takes one now)',
+          );
+        }
         return { outcome: 'skipped', proposals, changes: [] };
       }
       const config = await loadLimitsConfig(options.configPath);
@@ -70,8 +109,7 @@ export function createAutoTuner(options: AutoTunerOptions): AutoTuner {
       const changes = proposals
         .filter((p) => p.action === 'apply')
         .map((p) => ({ bucket: p.bucket, limitRps: p.proposedLimitRps }));
-      if (changes.length > 0) await writeLimitsFile(options.configPath, changes);
-      options.store.setMarker(AUTO_TUNE_MARKER, todayMs);
+      await takeTodaysStep(options.store, options.configPath, changes, todayMs);
       for (const p of proposals) {
         if (p.action === 'none') continue;
         logger.info(

@@ -34,7 +34,7 @@ export function explainProposal(p: TuningProposal): string[] {
   const lines = [title];
   const days = e.dailyPeaks;
   lines.push(
-    `  history: ${days.length} day${days.length === 1 ? '' : 's'} with data in ${utcDate(e.windowStartMs)}..${utcDate(
+    `  history: ${days.length} day${days.length === 1 ? '' : 's'} with demand in ${utcDate(e.windowStartMs)}..${utcDate(
       e.windowEndMs - 1,
     )} (UTC), daily peaks of offered rps`,
   );

@@ -19,7 +19,15 @@ export type {
   TuningProposal,
   TuningSizing,
 } from './propose-limits.js';
-export { DEFAULT_TUNING, proposeLimits, quantileIndex, roundLimit } from './propose-limits.js';
+export {
+  chosenIndex,
+  DEFAULT_MIN_DAYS,
+  DEFAULT_TUNING,
+  MIN_TUNED_LIMIT_RPS,
+  proposeLimits,
+  quantileIndex,
+  roundLimit,
+} from './propose-limits.js';
 export type { SqliteHistoryStoreOptions } from './sqlite-history-store.js';
 export { createSqliteHistoryStore } from './sqlite-history-store.js';
 export type { TuningSuggestionsOptions, TuningSuggestionView } from './tuning-suggestions.js';

@@ -17,6 +17,8 @@ export interface PeakSnapshot {
   nowMs: number;
   buckets: readonly {
     key: string;
+    /** The rule that matched; a template's instances (rule !== key) are not recorded. */
+    rule?: string;
     offeredRps: number;
     scope: 'global' | 'zone';
     zones?: readonly { offeredRps: number }[];
@@ -50,15 +52,19 @@ const DEFAULT_MINUTE_RETENTION_MS = 8 * DAY_MS;
 const DEFAULT_DAILY_RETENTION_MS = 84 * DAY_MS;
 
 /**
- * Tracks, per bucket, the highest offered rate seen in the current minute and writes it to the
- * history store when the minute ends. Memory holds one minute: at most `maxBuckets` numbers.
+ * Tracks, per exact-key bucket, the highest offered rate seen in the current minute and writes it to
+ * the history store when the minute ends. Memory holds one minute: at most `maxBuckets` numbers.
  *
  * Zone-scoped buckets record their busiest zone's rate: their limit applies in each zone, so that is
  * the rate a limit must be sized for. Global buckets record the fleet-wide offered rate, dropped
  * requests included (demand, not what the current limit let through).
  *
- * Pruning runs on the first flush of each UTC day. Store failures are reported to `onError` and
- * counted; they never throw into the caller (the controller's loop).
+ * Pruning runs on the first flush of each UTC day that follows a flush of the day before, never on
+ * a process's first flush nor after a jump: one reading of a clock gone days ahead (a VM resumed, a
+ * controller started before its clock was set) would otherwise delete weeks of history at once. A
+ * running process only prunes after it has run through a midnight, so a restart delays a prune by up
+ * to a day. Store failures are reported to `onError` and counted; they never throw into the caller
+ * (the controller's loop).
  */
 export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
   const store = options.store;
@@ -67,7 +73,7 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
   const dailyRetentionMs = options.dailyRetentionMs ?? DEFAULT_DAILY_RETENTION_MS;
   let currentMinuteMs: number | undefined;
   let peaks = new Map<string, number>();
-  let lastPruneDay: number | undefined;
+  let lastWrittenMs: number | undefined;
   const counters = { flushedMinutes: 0, failedFlushes: 0, bucketsOverCapacity: 0 };
 
   function write(minuteStartMs: number, minutePeaks: Map<string, number>): void {
@@ -75,9 +81,9 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
     try {
       store.recordPeaks(minuteStartMs, minutePeaks);
       counters.flushedMinutes++;
-      const day = Math.floor(minuteStartMs / DAY_MS);
-      if (day !== lastPruneDay) {
-        lastPruneDay = day;
+      const previousMs = lastWrittenMs;
+      lastWrittenMs = minuteStartMs;
+      if (previousMs !== undefined && crossedMidnight(previousMs, minuteStartMs)) {
         store.prune(minuteStartMs - minuteRetentionMs, minuteStartMs - dailyRetentionMs);
       }
     } catch (error) {
@@ -96,6 +102,9 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
       }
       currentMinuteMs = minuteMs;
       for (const bucket of snapshot.buckets) {
+        // Tuning reads exact-key rules only, and a template's instances are keys callers choose:
+        // recording them would let a key-rotating client grow the history file without bound.
+        if (bucket.rule !== undefined && bucket.rule !== bucket.key) continue;
         let rps = bucket.offeredRps;
         if (bucket.scope === 'zone' && bucket.zones) {
           rps = 0;
@@ -121,4 +130,9 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
       return { ...counters, trackedBuckets: peaks.size };
     },
   };
+}
+
+/** `nextMs` is in the UTC day after `previousMs`'s: a run through one midnight, not a jump. */
+function crossedMidnight(previousMs: number, nextMs: number): boolean {
+  return Math.floor(nextMs / DAY_MS) === Math.floor(previousMs / DAY_MS) + 1;
 }

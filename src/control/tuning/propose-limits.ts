@@ -9,8 +9,8 @@ export interface TuningParameters {
   /**
    * Which daily peak to size from, as a quantile of the window's daily peaks (1 = the highest).
    * Order statistic without interpolation: the value at index floor(q x (n - 1)) of the ascending
-   * peaks, so for q < 1 the single highest day is never the one chosen (a one-off spike cannot
-   * raise a limit) and the chosen value is always a peak that really happened.
+   * peaks, and for q < 1 never one of the two highest days (an incident that spans midnight fills
+   * two days and still cannot raise a limit). The chosen value is always a peak that really happened.
    */
   quantile: number;
   floorRps: number;
@@ -22,9 +22,10 @@ export interface TuningParameters {
 
 /**
  * Defaults, and why:
- * - quantile 0.95: over 28 days the 3rd highest daily peak (the two highest days are ignored), over
- *   7 days the 2nd highest. Robust to one or two incident days, yet a recurring weekly peak (4 of 28
- *   days) is always covered. The max (1.0) would let a single bad day set the limit for a month.
+ * - quantile 0.95: the 3rd highest daily peak from 21 days (DEFAULT_MIN_DAYS) to 40: the two highest
+ *   days are always ignored, so an incident of one or two days (one crossing midnight) cannot raise
+ *   a limit, yet a weekly peak (3 or more of the days) is always covered. The max (1.0) would let a
+ *   single bad day set the limit for a month.
  * - headroom 0.3: room for growth between tunings and for the loop's ~2 s of lag on a ramp.
  * - maxChangePerDay 0.2: a wrong proposal (a broken reporter, an attack counted as demand) moves a
  *   limit by at most 20% before an operator can see it on the dashboard; a real trend is followed
@@ -38,10 +39,22 @@ export const DEFAULT_TUNING: Readonly<TuningParameters> = Object.freeze({
   maxChangePerDay: 0.2,
 });
 
+/**
+ * Three weeks: with fewer days a weekly peak recurs only once or twice, and the two highest days are
+ * the ones the quantile ignores, so a proposal would size a weekly-peaked bucket from its quiet days.
+ */
+export const DEFAULT_MIN_DAYS = 21;
+
+/**
+ * The smallest limit tuning proposes. Never 0: a limit of 0 is a deliberate block that tuning then
+ * leaves alone for good, so a proposal reaching it would lock a bucket out.
+ */
+export const MIN_TUNED_LIMIT_RPS = 0.01;
+
 export interface ProposeLimitsOptions {
   /** History window in whole weeks, ending at the start of the current UTC day. Default 4. */
   weeks?: number;
-  /** Fewer days with data than this in the window: no proposal. Default 7. */
+  /** Fewer days with demand than this in the window: no proposal. Default DEFAULT_MIN_DAYS (21). */
   minDays?: number;
   /** Overrides DEFAULT_TUNING for buckets without their own setting. */
   defaults?: Partial<TuningParameters>;
@@ -51,7 +64,7 @@ export interface ProposeLimitsOptions {
 
 /**
  * `change`: a new limit is proposed. `unchanged`: the proposal is within `minChangeRatio` of the
- * current limit. `insufficient-history`: too few days with data. `not-tunable`: a template rule or a
+ * current limit. `insufficient-history`: too few days with demand. `not-tunable`: a template rule or a
  * limit of 0 (a deliberate block), never changed by tuning.
  */
 export type ProposalStatus = 'change' | 'unchanged' | 'insufficient-history' | 'not-tunable';
@@ -78,7 +91,7 @@ export interface TuningExplanation {
   /** The window read: `[windowStartMs, windowEndMs)`, whole UTC days. */
   windowStartMs: number;
   windowEndMs: number;
-  /** Every day with data in the window, oldest first. */
+  /** Every day with demand (a peak above 0) in the window, oldest first. */
   dailyPeaks: DayPeak[];
   parameters: TuningParameters;
   /** How the proposal was sized; absent when history was insufficient. */
@@ -135,7 +148,7 @@ export function proposeLimits(
   options: ProposeLimitsOptions = {},
 ): TuningProposal[] {
   const weeks = options.weeks ?? 4;
-  const minDays = options.minDays ?? 7;
+  const minDays = options.minDays ?? DEFAULT_MIN_DAYS;
   const minChangeRatio = options.minChangeRatio ?? 0.01;
   checkOption('weeks', weeks, Number.isInteger(weeks) && weeks >= 1 && weeks <= 52, 'an integer in 1..52');
   checkOption('minDays', minDays, Number.isInteger(minDays) && minDays >= 1, 'an integer >= 1');
@@ -174,7 +187,11 @@ export function proposeLimits(
       };
     }
     const parameters = parametersFor(defaults, rule.tuning);
-    const stored = store.dailyPeaks(rule.key, windowStartMs, windowEndMs);
+    // A day without demand says nothing about what the bucket needs: counted, an idle month would
+    // walk a limit down to nothing by maxChangePerDay steps, and the traffic's return would meet it.
+    const stored = store
+      .dailyPeaks(rule.key, windowStartMs, windowEndMs)
+      .filter((d) => Number.isFinite(d.peakOfferedRps) && d.peakOfferedRps > 0);
     const dailyPeaks: DayPeak[] = stored.map((d) => ({
       date: utcDate(d.dayStartMs),
       dayStartMs: d.dayStartMs,
@@ -184,7 +201,7 @@ export function proposeLimits(
       return {
         ...base,
         status: 'insufficient-history',
-        reason: `only ${dailyPeaks.length} day${dailyPeaks.length === 1 ? '' : 's'} of history in the last ${weeks} week${weeks === 1 ? '' : 's'} (need ${minDays})`,
+        reason: `only ${dailyPeaks.length} day${dailyPeaks.length === 1 ? '' : 's'} with demand in the last ${weeks} week${weeks === 1 ? '' : 's'} (need ${minDays})`,
         explanation: { windowStartMs, windowEndMs, dailyPeaks, parameters },
       };
     }
@@ -192,7 +209,7 @@ export function proposeLimits(
     const ascending = [...dailyPeaks].sort(
       (a, b) => a.peakOfferedRps - b.peakOfferedRps || a.dayStartMs - b.dayStartMs,
     );
-    const index = quantileIndex(ascending.length, parameters.quantile);
+    const index = chosenIndex(ascending.length, parameters.quantile);
     const chosen = ascending[index]!;
     const ignored = ascending.slice(index + 1).reverse();
     const withHeadroomRps = chosen.peakOfferedRps * (1 + parameters.headroom);
@@ -213,7 +230,7 @@ export function proposeLimits(
     clampTo('floor', parameters.floorRps, false);
     let proposed = roundLimit(value);
     if (parameters.ceilingRps !== undefined) proposed = Math.min(proposed, parameters.ceilingRps);
-    proposed = Math.max(proposed, parameters.floorRps);
+    proposed = Math.max(proposed, parameters.floorRps, MIN_TUNED_LIMIT_RPS);
 
     const changeRatio = (proposed - current) / current;
     const unchanged = Math.abs(changeRatio) <= minChangeRatio;
@@ -240,6 +257,15 @@ export function proposeLimits(
       explanation,
     };
   });
+}
+
+/**
+ * The day tuning sizes from, as an index into `n` ascending daily peaks: the quantile's order
+ * statistic, and below q = 1 never one of the two highest days (when there are three or more).
+ */
+export function chosenIndex(n: number, q: number): number {
+  const index = quantileIndex(n, q);
+  return q < 1 && n >= 3 ? Math.min(index, n - 3) : index;
 }
 
 /** Index into `n` ascending values for quantile `q` (order statistic, no interpolation). */

@@ -17,6 +17,8 @@ export interface SqliteHistoryStoreOptions {
   /** How long a write waits for another process's lock (a `spillway tune` reading). Default 5000. */
   busyTimeoutMs?: number;
   readonly?: boolean;
+  /** Refuse to create the file: it must be a controller's history already (implied by `readonly`). */
+  mustExist?: boolean;
 }
 
 /** Bumped when the tables change; an unknown newer version is refused rather than misread. */
@@ -34,13 +36,11 @@ const SCHEMA_VERSION = 1;
  */
 export function createSqliteHistoryStore(options: SqliteHistoryStoreOptions): HistoryStore {
   const Database = loadDriver();
-  if (options.path !== ':memory:' && !options.readonly) mkdirSync(dirname(options.path), { recursive: true });
+  const mustExist = options.readonly === true || options.mustExist === true;
+  if (options.path !== ':memory:' && !mustExist) mkdirSync(dirname(options.path), { recursive: true });
   let db: BetterSqlite3.Database;
   try {
-    db = new Database(options.path, {
-      readonly: options.readonly ?? false,
-      fileMustExist: options.readonly ?? false,
-    });
+    db = new Database(options.path, { readonly: options.readonly ?? false, fileMustExist: mustExist });
   } catch (error) {
     throw unavailable(`cannot open ${options.path}: ${(error as Error).message}`, options.path, error);
   }
@@ -159,11 +159,12 @@ export function createSqliteHistoryStore(options: SqliteHistoryStoreOptions): Hi
       for (const [bucket, peak] of list) checkPeak(bucket, minuteStartMs, peak);
       if (list.length > 0) writeMany(minuteStartMs, list);
     },
+    // Half-open on whole milliseconds: [ceil(since), ceil(until)) holds the same rows as [since, until).
     peaks(bucket, sinceMs, untilMs): MinutePeak[] {
-      return selectMinutes.all(bucket, Math.floor(sinceMs), Math.ceil(untilMs));
+      return selectMinutes.all(bucket, Math.ceil(sinceMs), Math.ceil(untilMs)).filter(isSoundPeak);
     },
     dailyPeaks(bucket, sinceMs, untilMs): DailyPeak[] {
-      return selectDays.all(bucket, Math.floor(sinceMs), Math.ceil(untilMs));
+      return selectDays.all(bucket, Math.ceil(sinceMs), Math.ceil(untilMs)).filter(isSoundPeak);
     },
     buckets() {
       return selectBuckets.all();
@@ -201,5 +202,16 @@ function unavailable(message: string, file: string | undefined, cause?: unknown)
     `history: ${message}`,
     file === undefined ? undefined : { file },
     cause === undefined ? undefined : { cause },
+  );
+}
+
+/**
+ * Rows this store wrote are always sound (writes are checked); a file edited by hand or by another
+ * tool may hold text or a negative number in a peak column (SQLite columns are not typed). Such a
+ * row is skipped rather than turned into a NaN proposal that would stop every bucket's tuning.
+ */
+function isSoundPeak(row: { peakOfferedRps: number }): boolean {
+  return (
+    typeof row.peakOfferedRps === 'number' && Number.isFinite(row.peakOfferedRps) && row.peakOfferedRps >= 0
   );
 }
