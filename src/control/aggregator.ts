@@ -20,7 +20,12 @@ import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arriv
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
-import { DEFAULT_MAX_WINDOW_MS, type ReportLimits, validateReport } from './validate-report.js';
+import {
+  DEFAULT_MAX_BUCKETS_PER_REPORT,
+  DEFAULT_MAX_WINDOW_MS,
+  type ReportLimits,
+  validateReport,
+} from './validate-report.js';
 
 export interface AggregatorOptions {
   /** Reporter id upward and responder id downward. */
@@ -63,6 +68,12 @@ export interface AggregatorOptions {
   maxHosts?: number;
   /** Most bucket keys tracked; new keys past it are neither forwarded nor answered. Default 100,000. */
   maxBuckets?: number;
+  /**
+   * Most buckets in one forward: the parent refuses a larger report whole (its `maxBucketsPerReport`),
+   * which would leave the zone's every bucket unreported. Past it the busiest buckets are forwarded
+   * and the rest left out (counted). Default 10,000, the receivers' default bound.
+   */
+  maxBucketsPerForward?: number;
   reportLimits?: ReportLimits;
   /** Sent upward in `auth_token`. */
   authToken?: string;
@@ -134,6 +145,11 @@ export interface AggregatorCounters {
    */
   withheldDirectives: number;
   bucketsOverCapacity: number;
+  /**
+   * Buckets left out of forwards because a forward holds at most `maxBucketsPerForward` (one per
+   * bucket and forward): the least busy ones, which the parent does not see from this zone.
+   */
+  bucketsLeftOutOfForwards: number;
   expiredHosts: number;
   /** Host usages scaled down by `reporterCap` (one per host, bucket and forward), by the host's tier. */
   clippedUsages: Partial<Record<TierName, number>>;
@@ -248,6 +264,12 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   const jitterRatio = options.jitterRatio ?? 0.1;
   const maxHosts = options.maxHosts ?? 10_000;
   const maxBuckets = options.maxBuckets ?? 100_000;
+  const maxBucketsPerForward = options.maxBucketsPerForward ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
+  if (!Number.isInteger(maxBucketsPerForward) || maxBucketsPerForward < 1) {
+    throw new SpillwayError(ErrorCode.InvalidOption, 'maxBucketsPerForward must be an integer >= 1', {
+      field: 'maxBucketsPerForward',
+    });
+  }
   const reportLimits = options.reportLimits ?? {};
   const configuredIntervalMs = options.intervalMs ?? 1000;
   const fanout = options.parentMode === 'fanout';
@@ -278,6 +300,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   let timer: Cancellable | undefined;
   let running = false;
   let capacityWarned = false;
+  let forwardCapWarned = false;
   /** Whether the last forward got no answer from any parent. */
   let lastForwardFailed = false;
   /** Until when some cached directive is fresh (the latest receipt plus its TTL). */
@@ -301,6 +324,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     staleDirectives: 0,
     withheldDirectives: 0,
     bucketsOverCapacity: 0,
+    bucketsLeftOutOfForwards: 0,
     expiredHosts: 0,
     clippedUsages: {},
   };
@@ -585,6 +609,25 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     return caps;
   }
 
+  /**
+   * The `maxBucketsPerForward` busiest buckets (by offered rate; ties by key, so the choice is
+   * stable). A zone flooded with keys (a caller rotating them over a template) keeps its busy
+   * buckets limited; the quiet tail goes unreported from this zone, and its directives run out.
+   */
+  function busiest(candidates: BucketEntry[]): BucketEntry[] {
+    candidates.sort((a, b) => b.offeredRps - a.offeredRps || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
+    counters.bucketsLeftOutOfForwards += candidates.length - maxBucketsPerForward;
+    if (!forwardCapWarned) {
+      forwardCapWarned = true;
+      logger.warn(
+        { aggregator: options.id, buckets: candidates.length, maxBucketsPerForward },
+        'control: more buckets than one forward holds; the least busy are left out',
+      );
+    }
+    candidates.length = maxBucketsPerForward;
+    return candidates;
+  }
+
   function buildReport(nowMs: number): ReportRequest {
     const { hostCount } = sum(nowMs);
     // Counts are rates times this aggregator's own window, so the receiver gets the rates back
@@ -594,9 +637,11 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     const windowMs = Math.min(Math.max(endMs - lastForwardEndMs, 1), DEFAULT_MAX_WINDOW_MS);
     const windowSec = windowMs / 1000;
     lastForwardEndMs = endMs;
+    let forwarded: BucketEntry[] = [];
+    for (const bucket of buckets.values()) if (bucket.hosts > 0) forwarded.push(bucket);
+    if (forwarded.length > maxBucketsPerForward) forwarded = busiest(forwarded);
     const usage: BucketUsage[] = [];
-    for (const bucket of buckets.values()) {
-      if (bucket.hosts === 0) continue;
+    for (const bucket of forwarded) {
       const offered = bucket.offeredRps * windowSec;
       const admitted = Math.min(bucket.admittedRps * windowSec, offered);
       usage.push(

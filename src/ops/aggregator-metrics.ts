@@ -195,6 +195,12 @@ export function addAggregatorMetrics(
         (s) => s.counters.bucketsOverCapacity,
       ),
       single(
+        'spillway_aggregator_buckets_left_out_of_forwards_total',
+        'Buckets left out of a forward because it held maxBucketsPerForward busier ones (one per bucket and forward).',
+        'counter',
+        (s) => s.counters.bucketsLeftOutOfForwards,
+      ),
+      single(
         'spillway_aggregator_expired_hosts_total',
         'Children forgotten after going silent.',
         'counter',

@@ -128,10 +128,31 @@ function malformed(reason: string): SpillwayError {
 }
 
 /**
- * Decode a ReportRequest. Throws ERR_SPILLWAY_INVALID_REPORT on malformed bytes. The result is a
- * plain protobuf-es message object (usable with `toBinary`, `create`...), without `$unknown`.
+ * A request's `auth_token` (field 10; the last one, as proto3 merges), read without decoding
+ * anything else, so a receiver can refuse a stranger before spending work on the rest. Throws
+ * ERR_SPILLWAY_INVALID_REPORT on malformed bytes.
  */
-export function decodeReportRequest(bytes: Uint8Array): ReportRequest {
+export function readReportAuthToken(bytes: Uint8Array): string {
+  const reader = new Reader(bytes);
+  let token = '';
+  while (reader.pos < bytes.length) {
+    const tag = reader.varint();
+    if (tag === AUTH_TOKEN_TAG) token = reader.string();
+    else reader.skip(tag & 7);
+  }
+  return token;
+}
+
+/** Field 10, wire type 2 (length-delimited). */
+const AUTH_TOKEN_TAG = (10 << 3) | 2;
+
+/**
+ * Decode a ReportRequest. Throws ERR_SPILLWAY_INVALID_REPORT on malformed bytes, and on more than
+ * `maxBuckets` buckets as soon as the next one is met: a 4 MiB request of empty entries would
+ * otherwise become two million objects before any bound could refuse it. The result is a plain
+ * protobuf-es message object (usable with `toBinary`, `create`...), without `$unknown`.
+ */
+export function decodeReportRequest(bytes: Uint8Array, maxBuckets = Number.POSITIVE_INFINITY): ReportRequest {
   const reader = new Reader(bytes);
   const request: ReportRequest = {
     $typeName: 'spillway.v1.ReportRequest',
@@ -181,6 +202,12 @@ export function decodeReportRequest(bytes: Uint8Array): ReportRequest {
         continue;
       case 8:
         if (wireType !== 2) break;
+        if (request.buckets.length >= maxBuckets) {
+          throw new SpillwayError(ErrorCode.InvalidReport, `report has more than ${maxBuckets} buckets`, {
+            field: 'buckets',
+            maxBuckets,
+          });
+        }
         request.buckets.push(decodeBucketUsage(reader, reader.lengthEnd()));
         continue;
       case 9:

@@ -3,11 +3,12 @@ import { describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
 import { createAggregator } from '../../src/control/aggregator.js';
 import { createController } from '../../src/control/controller.js';
-import { ManualClock } from '../../src/core/clock.js';
+import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { isSpillwayError } from '../../src/core/errors.js';
 import { BucketUsageSchema, type ReportRequest } from '../../src/gen/spillway/v1/control_pb.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
-import { call, hostReport } from './report-fixtures.js';
+import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
+import { advance, call, hostReport } from './report-fixtures.js';
 
 /** Reports an attacker (or a bug) could send. Every one is refused or bounded; state stays bounded. */
 function receivers() {
@@ -139,5 +140,71 @@ describe('hostile reports', () => {
     // A generous bound that an unbounded table (a million keys, ~100+ MB) would break.
     const grewMb = (process.memoryUsage().heapUsed - heapBefore) / 2 ** 20;
     assert.ok(grewMb < 80, `heap grew ${grewMb.toFixed(1)} MB`);
+  });
+
+  it('a zone whose hosts rotate past 10,000 keys in all keeps its busy buckets limited (defaults at both tiers)', async () => {
+    // Each host reports 3,401 keys, under its own 5,000 and the aggregator's 10,000 per report;
+    // the zone holds 10,201. One forward of all of them would be refused whole by the controller
+    // (maxBucketsPerReport 10,000), and `pay` with it: every bucket of the zone would fail open.
+    const clock = new ManualClock(1_700_000_000_000);
+    const network = new InMemoryNetwork({ scheduler: clock, random: seededRandom(1) });
+    const controller = createController({
+      id: 'ctl',
+      scheduler: clock,
+      config: {
+        version: 1,
+        intervalMs: 1000,
+        ttlMs: 4000,
+        buckets: [
+          { key: 'pay', limitRps: 10, mode: 'enforce', scope: 'global' },
+          {
+            template: 'api:caller=*',
+            limitRps: 100,
+            mode: 'enforce',
+            scope: 'global',
+            overrides: {},
+            maxInstances: 100_000,
+          },
+        ],
+      },
+    });
+    network.listen('ctl', controller.handleReport);
+    const warnings: string[] = [];
+    const aggregator = createAggregator({
+      id: 'agg',
+      zone: 'z1',
+      parents: [network.connect('ctl', { from: 'agg' })],
+      scheduler: clock,
+      random: seededRandom(2),
+      logger: { info: () => {}, warn: (_f, m) => warnings.push(m) },
+    });
+    controller.start();
+    aggregator.start();
+    try {
+      for (let second = 1; second <= 4; second++) {
+        for (let h = 0; h < 3; h++) {
+          const buckets = [{ bucket: 'pay', offered: 100 }];
+          for (let k = 0; k < 3_400; k++) buckets.push({ bucket: `api:caller=h${h}-${k}`, offered: 1 });
+          call(
+            aggregator.handleReport,
+            hostReport({ id: `host-${h}`, sequence: second, endMs: clock.nowMs(), zone: 'z1', buckets }),
+          );
+        }
+        await advance(clock, 1000, 50);
+      }
+      const pay = controller.snapshot().buckets.find((b) => b.key === 'pay');
+      assert.ok(pay, 'the controller hears of pay');
+      assert.ok(Math.abs(pay.offeredRps - 300) < 1e-6, String(pay.offeredRps));
+      assert.ok(pay.dropRatio > 0.96, String(pay.dropRatio));
+      assert.equal(aggregator.snapshot().lastForward?.buckets, 10_000);
+      assert.ok(aggregator.snapshot().counters.bucketsLeftOutOfForwards >= 201);
+      assert.equal(aggregator.snapshot().counters.forwardFailures, 0);
+      assert.deepEqual(warnings, [
+        'control: more buckets than one forward holds; the least busy are left out',
+      ]);
+    } finally {
+      await aggregator.stop();
+      controller.stop();
+    }
   });
 });

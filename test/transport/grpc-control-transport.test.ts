@@ -241,6 +241,55 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
       assert.equal(request.authToken, '', "the caller's request is not modified");
     });
 
+    it("reads a report's token before decoding it, and decodes at most maxBucketsPerReport buckets", async () => {
+      let handled = 0;
+      const server = await serve(
+        (request, context) => {
+          handled++;
+          return echoHandler(request, context);
+        },
+        { authToken: 's3cret', maxBucketsPerReport: 100 },
+      );
+      const token = (text: string) => [0x52, text.length, ...Buffer.from(text)];
+      // Field 8 entries: an empty bucket (0x42 0x00), and one whose inside is not a BucketUsage.
+      const empties = (n: number) => Array.from({ length: n }, () => [0x42, 0x00]).flat();
+      const broken = [0x42, 0x02, 0xff, 0xff];
+      const raw = new Client(server.address, credentials.createInsecure());
+      const send = (bytes: number[]) =>
+        new Promise<{ code?: number; details?: string }>((resolve) => {
+          raw.makeUnaryRequest(
+            REPORT_METHOD_PATH,
+            (b: Buffer) => b,
+            (b: Buffer) => b,
+            Buffer.from(bytes),
+            new Metadata(),
+            { deadline: Date.now() + 5_000 },
+            (error) => resolve(error ?? {}),
+          );
+        });
+      try {
+        // A stranger's report is refused for its token though its buckets could not be decoded:
+        // nothing past the token was decoded.
+        const stranger = await send([...broken, ...token('guess')]);
+        assert.equal(stranger.code, status.UNAUTHENTICATED);
+        const member = await send([...broken, ...token('s3cret')]);
+        assert.equal(member.code, status.INVALID_ARGUMENT);
+        // A member's report past the bound is refused at the 101st bucket.
+        const over = await send([...token('s3cret'), ...empties(101)]);
+        assert.equal(over.code, status.INVALID_ARGUMENT);
+        assert.match(over.details ?? '', /more than 100 buckets/);
+      } finally {
+        raw.close();
+      }
+      assert.equal(handled, 0);
+    });
+
+    it('refuses an empty shared token: it would let every tokenless report in', async () => {
+      await assert.rejects(startGrpcControlServer({ handler: echoHandler, authToken: '' }), (error) =>
+        isSpillwayError(error, 'ERR_SPILLWAY_INVALID_OPTION'),
+      );
+    });
+
     it('rejects reports on a closed client without throwing synchronously', async () => {
       const server = await serve(echoHandler);
       const client = await variant.connect(server.address);

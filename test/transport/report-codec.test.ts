@@ -8,7 +8,11 @@ import {
   ReportRequestSchema,
   ReportResponseSchema,
 } from '../../src/gen/spillway/v1/control_pb.js';
-import { decodeReportRequest, encodeReportResponse } from '../../src/transport/report-codec.js';
+import {
+  decodeReportRequest,
+  encodeReportResponse,
+  readReportAuthToken,
+} from '../../src/transport/report-codec.js';
 
 const text = fc.oneof(
   fc.string({ maxLength: 40 }),
@@ -73,6 +77,14 @@ describe('report codec (hand-written, wire-identical to protobuf-es)', () => {
         assert.equal(ours.buckets.length, theirs.buckets.length);
         assert.equal(ours.sequence, theirs.sequence);
         assert.equal(ours.windowStartMs, theirs.windowStartMs);
+        assert.equal(readReportAuthToken(bytes), theirs.authToken);
+        if (theirs.buckets.length > 0) {
+          assert.throws(
+            () => decodeReportRequest(bytes, theirs.buckets.length - 1),
+            (error) => isSpillwayError(error, 'ERR_SPILLWAY_INVALID_REPORT'),
+          );
+        }
+        assert.equal(decodeReportRequest(bytes, theirs.buckets.length).buckets.length, theirs.buckets.length);
       }),
       { numRuns: 500 },
     );
