@@ -35,7 +35,18 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
     const what = yamlError.message.split('\n')[0]!.replace(/ at line \d+, column \d+:?$/, '');
     throw locatedError(fileName, line, col, undefined, `YAML syntax error: ${what}`);
   }
+  if (doc.directives?.yaml.version !== undefined && doc.directives.yaml.version !== '1.2') {
+    // YAML 1.1 reads `16:40` as 1000 and turns on merge keys: numbers nobody wrote.
+    throw locatedError(
+      fileName,
+      1,
+      1,
+      undefined,
+      `YAML error: %YAML ${doc.directives.yaml.version} is not supported; Spillway files are YAML 1.2`,
+    );
+  }
   let unresolved: Node | undefined;
+  let nonStringKey: { node: unknown; offset: number } | undefined;
   visit(doc, {
     Alias(_key, node) {
       if (!node.resolve(doc)) {
@@ -44,7 +55,33 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
       }
       return undefined;
     },
+    Pair(_key, pair) {
+      // Every map in a Spillway file is keyed by names. An unquoted `007:` or `1e3:` is a number,
+      // which would become the key "7" or "1000" (and `42:` and `"42":` one key, silently).
+      const key = pair.key;
+      if (!isScalar(key) || typeof key.value !== 'string') {
+        const offset = isScalar(key) || isMap(key) || isSeq(key) ? (key.range?.[0] ?? 0) : 0;
+        nonStringKey = { node: key, offset };
+        return visit.BREAK;
+      }
+      return undefined;
+    },
   });
+  if (nonStringKey !== undefined) {
+    const { line, col } = lineCounter.linePos(nonStringKey.offset);
+    const shown = isScalar(nonStringKey.node)
+      ? String(nonStringKey.node.source ?? nonStringKey.node.value)
+      : '';
+    throw locatedError(
+      fileName,
+      line,
+      col,
+      undefined,
+      shown === ''
+        ? 'YAML error: a map key must be a name (a string)'
+        : `YAML error: key ${shown} is not a string; quote it ("${shown}") if it is a name`,
+    );
+  }
   if (unresolved && isAlias(unresolved)) {
     const { line, col } = lineCounter.linePos(unresolved.range?.[0] ?? 0);
     throw locatedError(

@@ -91,6 +91,16 @@ const failures: [file: string, message: string][] = [
     'yaml-syntax.yaml.txt:3:1: YAML syntax error: Flow sequence in block collection must be sufficiently indented and end with a ]',
   ],
   ['unresolved-alias.yaml', 'unresolved-alias.yaml:4:15: YAML error: alias *undefined-anchor has no anchor'],
+  // Read as the number 7, the key would have become "7" and limited a different instance.
+  [
+    'numeric-override-key.yaml',
+    'numeric-override-key.yaml:6:7: YAML error: key 007 is not a string; quote it ("007") if it is a name',
+  ],
+  // YAML 1.1 would read 16:40 as 1000 (base 60). `.txt` for biome, as above.
+  [
+    'yaml-1.1.yaml.txt',
+    'yaml-1.1.yaml.txt:1:1: YAML error: %YAML 1.1 is not supported; Spillway files are YAML 1.2',
+  ],
 ];
 
 describe('limits config', () => {
