@@ -1,5 +1,6 @@
 import { parseArgs } from 'node:util';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { formatHostPort } from '../core/host-port.js';
 
 /**
  * Flag parsing, help and usage errors shared by the subcommands. Each subcommand declares its flags
@@ -156,13 +157,16 @@ export function parseHostPort(flag: string, value: string): HostPort {
   return { host: match[1] ?? (match[2] || '127.0.0.1'), port };
 }
 
-/** A list of `host:port` targets to connect to (port 0 is not a target). */
+/**
+ * A list of `host:port` targets to connect to (port 0 is not a target), written out in full:
+ * `:7000` becomes `127.0.0.1:7000`, as it means when listening (gRPC cannot resolve an empty host).
+ */
 export function parseTargets(flag: string, values: string[]): string[] {
   if (values.length === 0) throw usageError(`--${flag} needs at least one host:port`, { flag });
   return values.map((value) => {
-    const { port } = parseHostPort(flag, value);
+    const { host, port } = parseHostPort(flag, value);
     if (port === 0) throw usageError(`--${flag}: port 0 is not a valid target in '${value}'`, { flag });
-    return value.trim();
+    return formatHostPort(host, port);
   });
 }
 

@@ -2,8 +2,8 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import type { ControllerSnapshot } from '../control/controller.js';
+import { formatHostPort } from '../core/host-port.js';
 import type { Logger } from '../ops/logger.js';
-import { formatHostPort } from '../transport/grpc-control-service.js';
 import type { AdminActions, AdminActor } from './admin-actions.js';
 import type { AdminOverrides } from './admin-overrides.js';
 import { checkBearer } from './admin-token.js';

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { formatHostPort } from '../transport/grpc-control-service.js';
+import { formatHostPort } from '../core/host-port.js';
 
 /** What `/healthz` reports. `ok: false` answers 503 so load balancers and orchestrators act on it. */
 export interface HealthReport {

@@ -10,9 +10,10 @@ import {
 } from '@grpc/grpc-js';
 import { DEFAULT_MAX_BUCKETS_PER_REPORT } from '../control/validate-report.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { formatHostPort } from '../core/host-port.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
 import type { ControlServer, ReportContext, ReportHandler } from './control-transport.js';
-import { DEFAULT_MAX_MESSAGE_BYTES, formatHostPort, reportServerMethod } from './grpc-control-service.js';
+import { DEFAULT_MAX_MESSAGE_BYTES, reportServerMethod } from './grpc-control-service.js';
 // The receiving side decodes with the hand-written codec: byte-identical to protobuf-es
 // (property-tested in test/transport/report-codec.test.ts) and about 3x faster, which is what lets
 // one aggregator core ingest more than 10,000 reports of 50 buckets a second (bench/control.bench.ts).

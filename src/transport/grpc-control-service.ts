@@ -41,8 +41,3 @@ export const reportServerMethod: MethodDefinition<Buffer, Buffer> = {
   responseDeserialize: (bytes: Buffer) => bytes,
   originalName: 'report',
 };
-
-/** Formats `host:port`, bracketing IPv6 literals. */
-export function formatHostPort(host: string, port: number): string {
-  return host.includes(':') && !host.startsWith('[') ? `[${host}]:${port}` : `${host}:${port}`;
-}
