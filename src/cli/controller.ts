@@ -111,6 +111,9 @@ export const spec: CommandSpec = {
   ],
 };
 
+/** What asked for a reload: the signal, the file watcher, or the auto tuner's rewrite. */
+type ReloadTrigger = 'SIGHUP' | 'file' | 'tune';
+
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
     const configPath = stringFlag(values, 'config')!;
@@ -199,19 +202,24 @@ export function run(argv: string[]): Promise<number> {
     lastReload.set(Date.now() / 1000);
     let lastReloadError: string | undefined;
 
-    /** Reloads one at a time; a change during a reload triggers one more after it. */
+    /**
+     * Reloads one at a time; a change during a reload triggers one more after it, as a SIGHUP if
+     * any queued trigger was one (a SIGHUP reloads even an unchanged file).
+     */
     let reloading: Promise<void> | undefined;
-    let reloadAgain = false;
-    const reload = (trigger: 'SIGHUP' | 'file' | 'tune') => {
+    let queuedTrigger: ReloadTrigger | undefined;
+    const reload = (trigger: ReloadTrigger) => {
       if (reloading) {
-        reloadAgain = true;
+        queuedTrigger = queuedTrigger === 'SIGHUP' ? 'SIGHUP' : trigger;
         return;
       }
       reloading = (async () => {
         try {
           const text = await readConfigText(configPath);
-          // Editors fire several events per save; an unchanged file is not a reload.
-          if (trigger !== 'SIGHUP' && text === configText) return;
+          // Editors fire several events per save; an unchanged file is not a reload. Unless the
+          // last reload failed: a file put back as it was loads again (an ok reload), which clears
+          // the error /healthz reports.
+          if (trigger !== 'SIGHUP' && text === configText && lastReloadError === undefined) return;
           const config = parseLimitsConfig(text, configPath);
           const { dropped } = overrides.replaceFile(config);
           controller.updateConfig(overrides.effective());
@@ -231,10 +239,9 @@ export function run(argv: string[]): Promise<number> {
           );
         } finally {
           reloading = undefined;
-          if (reloadAgain) {
-            reloadAgain = false;
-            reload(trigger);
-          }
+          const next = queuedTrigger;
+          queuedTrigger = undefined;
+          if (next !== undefined) reload(next);
         }
       })();
     };

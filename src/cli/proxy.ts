@@ -131,12 +131,15 @@ export function run(argv: string[]): Promise<number> {
     backend.start();
     let lastReloadError: string | undefined;
 
-    /** Reloads one at a time; a change during a reload triggers one more after it. */
+    /**
+     * Reloads one at a time; a change during a reload triggers one more after it, as a SIGHUP if
+     * any queued trigger was one (a SIGHUP reloads even an unchanged file).
+     */
     let reloading: Promise<void> | undefined;
-    let reloadAgain = false;
+    let queuedTrigger: 'SIGHUP' | 'file' | undefined;
     const reload = (trigger: 'SIGHUP' | 'file') => {
       if (reloading) {
-        reloadAgain = true;
+        queuedTrigger = queuedTrigger === 'SIGHUP' ? 'SIGHUP' : trigger;
         return;
       }
       reloading = (async () => {
@@ -168,10 +171,9 @@ export function run(argv: string[]): Promise<number> {
           );
         } finally {
           reloading = undefined;
-          if (reloadAgain) {
-            reloadAgain = false;
-            reload(trigger);
-          }
+          const next = queuedTrigger;
+          queuedTrigger = undefined;
+          if (next !== undefined) reload(next);
         }
       })();
     };

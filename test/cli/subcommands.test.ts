@@ -203,6 +203,18 @@ describe('spillway controller: limits reload', () => {
         'the failure is logged',
       );
 
+      // The bad edit reverted, the file is again what is in force: an ok reload, and /healthz
+      // stops reporting the old error.
+      const okBeforeRevert = await reloads('ok');
+      writeFileSync(path, limits(250));
+      await waitFor('the reverted file to reload', async () =>
+        (await reloads('ok')) > okBeforeRevert ? true : undefined,
+      );
+      const healed = (await (await fetch(`http://${controller.ops}/healthz`)).json()) as {
+        lastReloadError: string | null;
+      };
+      assert.equal(healed.lastReloadError, null);
+
       // SIGHUP reloads even when the watcher saw nothing (e.g. a file on a mount without events).
       writeFileSync(path, limits(300));
       await waitFor('the repaired file to apply', async () =>
