@@ -155,7 +155,7 @@ export function run(argv: string[]): Promise<number> {
 
     const authToken = await readAuthToken(values);
     const zoneTokens = await readZoneTokens(values, authToken);
-    const tls = await readServerTls(values);
+    const tls = await readServerTls(values, { caIsForClients: true });
     const reporterCap = reporterCapFromFlags(values);
     let configText = await readConfigText(configPath);
     // What the file says, with the dashboard's admin overrides on top: what the controller runs.

@@ -147,20 +147,36 @@ async function readTokenFile(flag: string, path: string): Promise<string> {
   return token;
 }
 
-export async function readServerTls(values: FlagValues): Promise<GrpcServerTlsOptions | undefined> {
+/**
+ * The serving side's TLS. `caIsForClients`: the process serves only (the controller), so its
+ * --tls-ca has no other use than verifying clients, and given without mutual TLS it would be
+ * ignored in silence: refused instead. An aggregator's --tls-ca verifies its parents too.
+ */
+export async function readServerTls(
+  values: FlagValues,
+  { caIsForClients = false }: { caIsForClients?: boolean } = {},
+): Promise<GrpcServerTlsOptions | undefined> {
   const certPem = await readPem(values, 'tls-cert');
   const keyPem = await readPem(values, 'tls-key');
+  const caGiven = stringFlag(values, 'tls-ca') !== undefined;
   const requireClientCert = values['tls-require-client-cert'] === true;
   if ((certPem === undefined) !== (keyPem === undefined)) {
     throw usageError('--tls-cert and --tls-key go together', { flag: certPem ? 'tls-key' : 'tls-cert' });
+  }
+  if (caIsForClients && caGiven && !requireClientCert) {
+    throw usageError(
+      '--tls-ca names the CAs of client certificates: add --tls-require-client-cert (and --tls-cert, --tls-key), or drop it',
+      { flag: 'tls-ca' },
+    );
   }
   if (!certPem || !keyPem) {
     if (requireClientCert) throw usageError('--tls-require-client-cert needs --tls-cert and --tls-key');
     return undefined;
   }
+  if (!requireClientCert) return { certPem, keyPem, requireClientCert };
   const caPem = await readPem(values, 'tls-ca');
-  if (requireClientCert && !caPem) throw usageError('--tls-require-client-cert needs --tls-ca');
-  return { certPem, keyPem, ...(caPem ? { caPem } : {}), requireClientCert };
+  if (!caPem) throw usageError('--tls-require-client-cert needs --tls-ca');
+  return { certPem, keyPem, caPem, requireClientCert };
 }
 
 /** Outbound TLS is on when --tls-ca or --tls-client-cert is given. */

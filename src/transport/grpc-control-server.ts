@@ -85,6 +85,7 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
   const { handler, onError } = options;
   const maxBucketsPerReport = options.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
   const authenticate = createAuthenticator(options.authToken, options.zoneTokens);
+  const credentials = serverCredentials(options.tls);
 
   const server = new Server({
     'grpc.max_receive_message_length': maxMessageBytes,
@@ -146,14 +147,10 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
   server.addService({ Report: reportServerMethod }, { Report: report });
 
   const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(
-      formatHostPort(host, options.port ?? 0),
-      serverCredentials(options.tls),
-      (error, boundPort) => {
-        if (error) reject(error);
-        else resolve(boundPort);
-      },
-    );
+    server.bindAsync(formatHostPort(host, options.port ?? 0), credentials, (error, boundPort) => {
+      if (error) reject(error);
+      else resolve(boundPort);
+    });
   });
 
   let closing: Promise<void> | undefined;
@@ -179,6 +176,17 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
 
 function serverCredentials(tls: GrpcServerTlsOptions | undefined): ServerCredentials {
   if (!tls) return ServerCredentialsFactory.createInsecure();
+  if (tls.requireClientCert === true && tls.caPem === undefined) {
+    // grpc-js would verify client certificates against whatever roots the environment names
+    // (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, or Node's public CAs): any publicly signed one would pass.
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      'tls.requireClientCert needs tls.caPem, the CAs of client certificates',
+      {
+        field: 'tls.caPem',
+      },
+    );
+  }
   return ServerCredentialsFactory.createSsl(
     tls.caPem !== undefined ? Buffer.from(tls.caPem) : null,
     [{ cert_chain: Buffer.from(tls.certPem), private_key: Buffer.from(tls.keyPem) }],

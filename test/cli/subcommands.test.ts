@@ -112,6 +112,11 @@ describe('spillway subcommands: help and usage errors', () => {
       [['controller', '--config', 'x.yaml', '--log-level', 'loud'], /--log-level must be one of/],
       [['controller', '--config', 'x.yaml', 'stray'], /unexpected argument 'stray'/],
       [['controller'], /--config is required/],
+      // A controller's --tls-ca only verifies clients: without mutual TLS it would be ignored.
+      [
+        ['controller', '--config', 'x.yaml', '--tls-ca', 'ca.pem'],
+        /--tls-ca names the CAs of client certificates/,
+      ],
     ];
     // In process: run() returns the exit code the entry point uses; stderr is captured.
     for (const [[command, ...args], message] of cases) {

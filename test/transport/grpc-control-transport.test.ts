@@ -340,6 +340,12 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
           (await connect(server.address)).report(reportOf(1), { timeoutMs: 2_000 }),
         );
         assert.notEqual(plaintext.code, undefined);
+        // Mutual TLS without the CAs of client certificates would take whatever roots the
+        // environment names (or Node's public ones): refused.
+        await assert.rejects(
+          startGrpcControlServer({ handler: echoHandler, tls: { certPem, keyPem, requireClientCert: true } }),
+          (error) => isSpillwayError(error, 'ERR_SPILLWAY_INVALID_OPTION'),
+        );
       } finally {
         rmSync(dir, { recursive: true, force: true });
       }
