@@ -19,7 +19,8 @@ export function instrumentControlClient(client: ControlClient, metrics: Spillway
         return response;
       } catch (error) {
         if (isSpillwayError(error, ErrorCode.StoreTimeout)) result = 'timeout';
-        else if (isSpillwayError(error, ErrorCode.StoreUnavailable)) result = 'unavailable';
+        else if (isSpillwayError(error, ErrorCode.StoreUnavailable))
+          result = error.details?.refused === true ? 'refused' : 'unavailable';
         throw error;
       } finally {
         metrics.observeReportSent(client.target, result, (performance.now() - started) / 1000);

@@ -13,7 +13,7 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
 export type Component = 'host' | 'proxy' | 'aggregator' | 'controller';
 
 /** Outcome of a report sent to a parent tier. */
-export type SentReportResult = 'ok' | 'timeout' | 'unavailable' | 'error';
+export type SentReportResult = 'ok' | 'timeout' | 'unavailable' | 'refused' | 'error';
 /** Outcome of a report received from a child tier. */
 export type ReceivedReportResult = 'ok' | 'invalid' | 'error';
 

@@ -8,7 +8,10 @@ import type { ReportRequest, ReportResponse } from '../gen/spillway/v1/control_p
  *
  * Contract: `report()` settles within `timeoutMs` (rejecting with a SpillwayError of code
  * ERR_SPILLWAY_STORE_TIMEOUT or ERR_SPILLWAY_STORE_UNAVAILABLE), never hangs, and never throws
- * synchronously. Callers may have at most one report in flight per client.
+ * synchronously. Callers may have at most one report in flight per client. A report the receiver
+ * answered with a refusal (invalid, over capacity, not authenticated) is STORE_UNAVAILABLE with
+ * `details.refused: true`, and `details.remoteCode` when the receiver named a Spillway code, in
+ * every transport alike: the sender's metrics and logs tell "parent down" from "parent says no".
  */
 export interface ControlClient {
   /** Where this client sends (an address such as `127.0.0.1:7070` or an in-memory name). */

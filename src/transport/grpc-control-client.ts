@@ -353,12 +353,26 @@ interface GrpcErrorLike {
   message?: string;
 }
 
+/** Statuses that mean the parent answered and said no, rather than failed to answer. */
+const REFUSALS: ReadonlySet<number> = new Set([
+  status.INVALID_ARGUMENT,
+  status.RESOURCE_EXHAUSTED,
+  status.UNAUTHENTICATED,
+  status.PERMISSION_DENIED,
+]);
+
 function toSpillwayError(target: string, error: unknown): SpillwayError {
   const grpcError = (typeof error === 'object' && error !== null ? error : {}) as GrpcErrorLike;
   const code = typeof grpcError.code === 'number' ? grpcError.code : status.UNKNOWN;
   const grpcStatus = status[code] ?? 'UNKNOWN';
   const remoteMessage = grpcError.details ?? grpcError.message ?? String(error);
-  const details = { target, grpcStatus, remoteMessage };
+  const details: Record<string, unknown> = { target, grpcStatus, remoteMessage };
+  if (REFUSALS.has(code)) {
+    details.refused = true;
+    // The server leads its message with the Spillway code (grpc-control-server.ts).
+    const remoteCode = /^(ERR_SPILLWAY_[A-Z_]+):/.exec(remoteMessage)?.[1];
+    if (remoteCode !== undefined) details.remoteCode = remoteCode;
+  }
   if (code === status.DEADLINE_EXCEEDED) {
     return new SpillwayError(ErrorCode.StoreTimeout, `report to ${target} timed out`, details, {
       cause: error,

@@ -190,9 +190,11 @@ export class InMemoryNetwork {
 
   #send(from: string, to: string, request: ReportRequest, timeoutMs: number): Promise<ReportResponse> {
     if (typeof timeoutMs !== 'number' || !(timeoutMs > 0) || !Number.isFinite(timeoutMs)) {
+      // As over gRPC, where such a deadline has passed before the call starts.
       return Promise.reject(
-        new SpillwayError(ErrorCode.InvalidOption, `timeoutMs must be a positive finite number`, {
-          field: 'timeoutMs',
+        new SpillwayError(ErrorCode.StoreTimeout, `no time for a reply from ${to}: timeoutMs ${timeoutMs}`, {
+          target: to,
+          timeoutMs,
         }),
       );
     }
@@ -292,10 +294,25 @@ function unavailable(target: string, reason: string, cause?: unknown): SpillwayE
   );
 }
 
-/** A handler's SpillwayError reaches the client with its code (as a status would); anything else is a server fault. */
+/**
+ * A handler's SpillwayError is a refusal, delivered as the gRPC client delivers one (see
+ * control-transport.ts): STORE_UNAVAILABLE, `refused`, the handler's code as `remoteCode`. Anything
+ * else is a server fault.
+ */
 function refusal(target: string, error: unknown): SpillwayError {
   if (isSpillwayError(error)) {
-    return new SpillwayError(error.code, error.message, { target, ...(error.details ?? {}) });
+    return new SpillwayError(
+      ErrorCode.StoreUnavailable,
+      `report to ${target} refused: ${error.code}: ${error.message}`,
+      {
+        target,
+        refused: true,
+        remoteCode: error.code,
+        remoteMessage: error.message,
+        remoteDetails: error.details,
+      },
+      { cause: error },
+    );
   }
   return unavailable(target, 'handler failed', error);
 }

@@ -102,6 +102,13 @@ describe('instrumentation of reports', () => {
       () => Promise.resolve(response),
       () => Promise.reject(new SpillwayError(ErrorCode.StoreTimeout, 't')),
       () => Promise.reject(new SpillwayError(ErrorCode.StoreUnavailable, 'u')),
+      () =>
+        Promise.reject(
+          new SpillwayError(ErrorCode.StoreUnavailable, 'r', {
+            refused: true,
+            remoteCode: ErrorCode.InvalidReport,
+          }),
+        ),
       () => Promise.reject(new Error('x')),
     ];
     let i = 0;
@@ -111,12 +118,13 @@ describe('instrumentation of reports', () => {
     assert.equal(await client.report(request, { timeoutMs: 10 }), response);
     await assert.rejects(client.report(request, { timeoutMs: 10 }), { code: ErrorCode.StoreTimeout });
     await assert.rejects(client.report(request, { timeoutMs: 10 }), { code: ErrorCode.StoreUnavailable });
+    await assert.rejects(client.report(request, { timeoutMs: 10 }), { code: ErrorCode.StoreUnavailable });
     await assert.rejects(client.report(request, { timeoutMs: 10 }), /x/);
     const text = await metrics.registry.metrics();
-    for (const result of ['ok', 'timeout', 'unavailable', 'error']) {
+    for (const result of ['ok', 'timeout', 'unavailable', 'refused', 'error']) {
       assert.match(text, new RegExp(`^spillway_reports_total\\{parent="p:1",result="${result}"\\} 1$`, 'm'));
     }
-    assert.match(text, /^spillway_report_duration_seconds_count\{parent="p:1"\} 4$/m);
+    assert.match(text, /^spillway_report_duration_seconds_count\{parent="p:1"\} 5$/m);
   });
 
   it('counts received reports by result', async () => {

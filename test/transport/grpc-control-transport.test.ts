@@ -180,14 +180,19 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
       assert.equal(invalid.code, ErrorCode.StoreUnavailable);
       assert.equal(invalid.details?.grpcStatus, 'INVALID_ARGUMENT');
       assert.match(String(invalid.details?.remoteMessage), /^ERR_SPILLWAY_INVALID_REPORT: offered is NaN/);
+      // A refusal, as the in-memory network delivers one: the parent answered and said no.
+      assert.equal(invalid.details?.refused, true);
+      assert.equal(invalid.details?.remoteCode, ErrorCode.InvalidReport);
 
       const full = await rejection(client.report(reportOf(1, 'full'), { timeoutMs: 5_000 }));
       assert.equal(full.details?.grpcStatus, 'RESOURCE_EXHAUSTED');
       assert.match(String(full.details?.remoteMessage), /ERR_SPILLWAY_CAPACITY_EXCEEDED/);
+      assert.equal(full.details?.remoteCode, ErrorCode.CapacityExceeded);
 
       for (const id of ['boom', 'async']) {
         const internal = await rejection(client.report(reportOf(1, id), { timeoutMs: 5_000 }));
         assert.equal(internal.details?.grpcStatus, 'INTERNAL');
+        assert.equal(internal.details?.refused, undefined, 'a fault, not a refusal');
       }
       assert.equal(logged.length, 2, 'only unexpected failures reach onError');
     });

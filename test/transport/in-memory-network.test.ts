@@ -12,6 +12,7 @@ import {
 } from '../../src/gen/spillway/v1/control_pb.js';
 import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
 import { drive, settle } from '../global/fixtures.js';
+import { rejection } from '../helpers/rejection.js';
 
 function request(reporterId = 'host-1'): ReportRequest {
   return create(ReportRequestSchema, {
@@ -270,7 +271,7 @@ describe('InMemoryNetwork', () => {
     await assert.rejects(client.report(request(), { timeoutMs: 100 }), { code: ErrorCode.StoreUnavailable });
   });
 
-  it("passes a handler's SpillwayError code through, and turns other throws into unavailable", async () => {
+  it("delivers a handler's SpillwayError as a refusal naming its code, as gRPC does; other throws as unavailable", async () => {
     const clock = new ManualClock(0);
     const network = new InMemoryNetwork({ scheduler: clock });
     network.listen('strict', () => {
@@ -282,26 +283,27 @@ describe('InMemoryNetwork', () => {
     network.listen('broken', () => {
       throw new TypeError('bug');
     });
-    await assert.rejects(drive(clock, network.connect('strict').report(request(), { timeoutMs: 100 })), {
-      code: ErrorCode.InvalidReport,
-      message: 'too many buckets',
-    });
-    await assert.rejects(
-      drive(clock, network.connect('async-strict').report(request(), { timeoutMs: 100 })),
-      {
-        code: ErrorCode.InvalidReport,
-      },
+    for (const target of ['strict', 'async-strict']) {
+      const error = await rejection(
+        drive(clock, network.connect(target).report(request(), { timeoutMs: 100 })),
+      );
+      assert.equal(error.code, ErrorCode.StoreUnavailable, target);
+      assert.equal(error.details?.refused, true, target);
+      assert.equal(error.details?.remoteCode, ErrorCode.InvalidReport, target);
+    }
+    const broken = await rejection(
+      drive(clock, network.connect('broken').report(request(), { timeoutMs: 100 })),
     );
-    await assert.rejects(drive(clock, network.connect('broken').report(request(), { timeoutMs: 100 })), {
-      code: ErrorCode.StoreUnavailable,
-    });
+    assert.equal(broken.code, ErrorCode.StoreUnavailable);
+    assert.equal(broken.details?.refused, undefined, 'a fault, not a refusal');
   });
 
   it('rejects, never throws, on a bad timeout; validates link options', async () => {
     const network = new InMemoryNetwork({ scheduler: new ManualClock(0) });
     network.listen('agg-1', () => reply());
+    // As over gRPC, where a deadline of now has passed before the call starts.
     await assert.rejects(network.connect('agg-1').report(request(), { timeoutMs: 0 }), {
-      code: ErrorCode.InvalidOption,
+      code: ErrorCode.StoreTimeout,
     });
     assert.throws(() => network.setLink({ lossRate: 1.5 }), { code: ErrorCode.InvalidOption });
     assert.throws(() => new InMemoryNetwork({ delayMs: -1 }), { code: ErrorCode.InvalidOption });
