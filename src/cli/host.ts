@@ -90,12 +90,15 @@ export const spec: CommandSpec = {
 /** Highest rate one host process offers: beyond it the generator itself would be the bottleneck. */
 const MAX_OFFERED_RPS = 1_000_000;
 
+const MAX_DURATION_S = Math.floor((2 ** 31 - 1) / 1000);
+
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
     const targets = parseTargets('aggregator', listFlag(values, 'aggregator'));
     const zone = stringFlag(values, 'zone')!;
     const rates = parseBucketRates(listFlag(values, 'bucket'));
-    const durationS = numberFlag(values, 'duration-s', 0, { min: 0 });
+    // At most what one timer can wait (2^31 - 1 ms, 24.8 days): a longer one would fire at once.
+    const durationS = numberFlag(values, 'duration-s', 0, { min: 0, max: MAX_DURATION_S });
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:0');
     const id = stringFlag(values, 'id') ?? `${hostname()}-${process.pid}`;
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 50 });

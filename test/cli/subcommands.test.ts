@@ -112,6 +112,21 @@ describe('spillway subcommands: help and usage errors', () => {
       [['controller', '--config', 'x.yaml', '--log-level', 'loud'], /--log-level must be one of/],
       [['controller', '--config', 'x.yaml', 'stray'], /unexpected argument 'stray'/],
       [['controller'], /--config is required/],
+      // Past one timer's reach (24.8 days) the host would have stopped at once.
+      [
+        [
+          'host',
+          '--zone',
+          'z1',
+          '--bucket',
+          'a=1',
+          '--aggregator',
+          '127.0.0.1:7071',
+          '--duration-s',
+          '9999999',
+        ],
+        /--duration-s must be a number from 0 to 2147483/,
+      ],
       // A controller's --tls-ca only verifies clients: without mutual TLS it would be ignored.
       [
         ['controller', '--config', 'x.yaml', '--tls-ca', 'ca.pem'],
