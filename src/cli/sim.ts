@@ -1,40 +1,108 @@
-import { parseArgs } from 'node:util';
 import type { RatioPolicySpec } from '../config/index.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import type { BurstGuardOptions } from '../global/index.js';
 import { presetNames, presetScenario } from '../sim/presets.js';
-import { runSimulation } from '../sim/run-simulation.js';
+import { runSimulation, type SimResult } from '../sim/run-simulation.js';
 import { loadScenarioFile, type Scenario } from '../sim/scenario.js';
 import { formatSummaryTable } from '../sim/summary-table.js';
 import { isVariantName, type VariantName, variantNames } from '../sim/variants.js';
 import { writeSimResult } from '../sim/write-result.js';
+import { type CommandSpec, runCommand, stringFlag } from './command-line.js';
 
-const usage = `Usage: spillway sim [options]
-
-Run the global limiter's real components (hosts, aggregators, controller) in virtual time over a
-simulated fleet, next to an exact centralized limiter, and print accuracy figures.
-
-Options:
-  --scenario <name|file>   a preset (default steady-1.5x) or a scenario file (.json, .yaml)
-  --hosts <n>              data-plane hosts (default: the scenario's, 1000)
-  --zones <n>              zones, one aggregator tier each (default 10)
-  --aggregators <n>        aggregators per zone
-  --seconds <s>            simulated seconds
-  --tick-ms <ms>           traffic step (default 10)
-  --seed <n>               seed of traffic and every random draw (default 1)
-  --variants <list>        comma-separated: ${variantNames.join(',')} (default: all)
-  --ratio-policy <spec>    ratio policy of the spillway and guard variants:
-                           plain | ewma:<alpha> | corrected:<gain>[:<maxCorrection>]
-  --guard-slack <ratio>    burst guard: tripped rate over the host's allowance (guard variant)
-  --guard-window-ms <ms>   burst guard: tripped bucket depth, in ms of allowance
-  --guard-trip-units <n>   burst guard: detector trip level, in units at least
-  --guard-drain-factor <x> burst guard: detector drain, in multiples of the allowance
-  --out <dir>              write <scenario>.json and <scenario>.svg there (default ./spillway-sim)
-  --no-files               print the table only
-  --list                   list the presets
-  --print-scenario         print the scenario as JSON (a template for custom files) and exit
-  -h, --help               show this help
-`;
+export const spec: CommandSpec = {
+  name: 'sim',
+  summary:
+    "Run the global limiter's real components (hosts, aggregators, controller) in virtual time over a " +
+    'simulated fleet, next to an exact centralized limiter, and print accuracy figures.',
+  flags: {
+    scenario: {
+      type: 'string',
+      valueName: 'name|file',
+      description: 'a preset (--list) or a scenario file (.json, .yaml; docs/accuracy.md)',
+      defaultText: 'steady-1.5x',
+    },
+    hosts: { type: 'string', valueName: 'n', description: 'data-plane hosts', defaultText: "the scenario's" },
+    zones: {
+      type: 'string',
+      valueName: 'n',
+      description: 'zones, one aggregator tier each',
+      defaultText: "the scenario's",
+    },
+    aggregators: {
+      type: 'string',
+      valueName: 'n',
+      description: 'aggregators per zone',
+      defaultText: "the scenario's",
+    },
+    seconds: {
+      type: 'string',
+      valueName: 's',
+      description: 'simulated seconds',
+      defaultText: "the scenario's",
+    },
+    'tick-ms': {
+      type: 'string',
+      valueName: 'ms',
+      description: 'traffic step',
+      defaultText: "the scenario's",
+    },
+    seed: {
+      type: 'string',
+      valueName: 'n',
+      description: 'seed of traffic and every random draw',
+      defaultText: '1',
+    },
+    variants: {
+      type: 'string',
+      valueName: 'list',
+      description: `comma-separated: ${variantNames.join(', ')}`,
+      defaultText: 'all',
+    },
+    'ratio-policy': {
+      type: 'string',
+      valueName: 'spec',
+      description:
+        'ratio policy of the spillway and guard variants: plain | ewma:<alpha> | corrected:<gain>[:<maxCorrection>]',
+      defaultText: 'plain',
+    },
+    'guard-slack': {
+      type: 'string',
+      valueName: 'ratio',
+      description: "burst guard: tripped rate over the host's allowance",
+    },
+    'guard-window-ms': {
+      type: 'string',
+      valueName: 'ms',
+      description: 'burst guard: tripped bucket depth, in ms of allowance',
+    },
+    'guard-trip-units': {
+      type: 'string',
+      valueName: 'n',
+      description: 'burst guard: detector trip level, in units at least',
+    },
+    'guard-drain-factor': {
+      type: 'string',
+      valueName: 'x',
+      description: 'burst guard: detector drain, in multiples of the allowance',
+    },
+    out: {
+      type: 'string',
+      valueName: 'dir',
+      description: 'write <scenario name>.json and .svg there',
+      defaultText: './spillway-sim',
+    },
+    'no-files': { type: 'boolean', description: 'print the table only' },
+    list: { type: 'boolean', description: 'list the presets' },
+    'print-scenario': {
+      type: 'boolean',
+      description: 'print the scenario as JSON (a template for custom files) and exit',
+    },
+  },
+  notes: [
+    'Exit codes: 0 done, 2 usage or an invalid scenario (ERR_SPILLWAY_INVALID_CONFIG).',
+    'Example: spillway sim --scenario step-3x --hosts 1000 --seed 1',
+  ],
+};
 
 /** The guard variant's tuning flags and the `BurstGuardOptions` field each sets. */
 const guardFlags = [
@@ -44,98 +112,61 @@ const guardFlags = [
   ['guard-drain-factor', 'drainFactor'],
 ] as const satisfies ReadonlyArray<readonly [string, keyof BurstGuardOptions]>;
 
-export async function run(argv: string[]): Promise<number> {
-  let values: ReturnType<typeof parse>['values'];
-  try {
-    values = parse(argv).values;
-  } catch (error) {
-    process.stderr.write(`spillway sim: ${(error as Error).message}\n\n${usage}`);
-    return 2;
-  }
-  if (values.help) {
-    process.stdout.write(usage);
-    return 0;
-  }
-  if (values.list) {
-    for (const name of presetNames) {
-      process.stdout.write(`${name.padEnd(20)} ${presetScenario(name)!.description}\n`);
+export function run(argv: string[]): Promise<number> {
+  return runCommand(spec, argv, async (values) => {
+    if (values.list === true) {
+      for (const name of presetNames) {
+        process.stdout.write(`${name.padEnd(20)} ${presetScenario(name)!.description}\n`);
+      }
+      return 0;
     }
-    return 0;
-  }
-  try {
-    const scenario = resolveScenario(values.scenario ?? 'steady-1.5x');
-    if (values['print-scenario']) {
+    const scenario = resolveScenario(stringFlag(values, 'scenario') ?? 'steady-1.5x');
+    if (values['print-scenario'] === true) {
       process.stdout.write(`${JSON.stringify(scenario, null, 2)}\n`);
       return 0;
     }
-    const variants = parseVariants(values.variants);
-    const ratioPolicy =
-      values['ratio-policy'] === undefined ? undefined : parseRatioPolicy(values['ratio-policy']);
+    const variants = parseVariants(stringFlag(values, 'variants'));
+    const ratioPolicyText = stringFlag(values, 'ratio-policy');
+    const ratioPolicy = ratioPolicyText === undefined ? undefined : parseRatioPolicy(ratioPolicyText);
     const burstGuard: BurstGuardOptions = {};
     for (const [flag, option] of guardFlags) {
-      const value = values[flag];
+      const value = stringFlag(values, flag);
       if (value !== undefined) burstGuard[option] = number(`--${flag}`, value);
     }
-    const result = await runSimulation(scenario, {
-      seed: optionalInteger('--seed', values.seed) ?? 1,
-      hosts: optionalInteger('--hosts', values.hosts),
-      zones: optionalInteger('--zones', values.zones),
-      aggregatorsPerZone: optionalInteger('--aggregators', values.aggregators),
-      seconds: values.seconds === undefined ? undefined : number('--seconds', values.seconds),
-      tickMs: optionalInteger('--tick-ms', values['tick-ms']),
-      variants,
-      tuning: { ...(ratioPolicy ? { ratioPolicy } : {}), burstGuard },
-    });
+    const secondsText = stringFlag(values, 'seconds');
+    let result: SimResult;
+    try {
+      result = await runSimulation(scenario, {
+        seed: optionalInteger('--seed', stringFlag(values, 'seed')) ?? 1,
+        hosts: optionalInteger('--hosts', stringFlag(values, 'hosts')),
+        zones: optionalInteger('--zones', stringFlag(values, 'zones')),
+        aggregatorsPerZone: optionalInteger('--aggregators', stringFlag(values, 'aggregators')),
+        seconds: secondsText === undefined ? undefined : number('--seconds', secondsText),
+        tickMs: optionalInteger('--tick-ms', stringFlag(values, 'tick-ms')),
+        variants,
+        tuning: { ...(ratioPolicy ? { ratioPolicy } : {}), burstGuard },
+      });
+    } catch (error) {
+      // A flag that makes the scenario invalid (--seconds not a whole number of samples...) is a usage error.
+      if (isSpillwayError(error, ErrorCode.InvalidOption)) throw usageError(error.message);
+      throw error;
+    }
     const s = result.scenario;
     process.stdout.write(
       `${s.name}: ${s.description}\n${s.hosts} hosts, ${s.zones} zones x ${s.aggregatorsPerZone} aggregators, ` +
         `${s.seconds} s simulated, interval ${s.intervalMs} ms, tick ${s.tickMs} ms, seed ${result.seed}\n\n`,
     );
     process.stdout.write(`${formatSummaryTable(result)}\n`);
-    if (!values['no-files']) {
+    if (values['no-files'] !== true) {
       const files = writeSimResult(
         result,
-        values.out ?? 'spillway-sim',
+        stringFlag(values, 'out') ?? 'spillway-sim',
         s.name,
         ['spillway', 'sim', ...argv].join(' '),
       );
       process.stdout.write(`\nwrote ${files.json}\nwrote ${files.svg}\n`);
     }
     return 0;
-  } catch (error) {
-    if (isSpillwayError(error)) {
-      process.stderr.write(`spillway sim: ${error.message}\n`);
-      return 2;
-    }
-    throw error;
-  }
-}
-
-function parse(argv: string[]) {
-  return parseArgs({
-    args: argv,
-    strict: true,
-    allowPositionals: false,
-    options: {
-      scenario: { type: 'string' },
-      hosts: { type: 'string' },
-      zones: { type: 'string' },
-      aggregators: { type: 'string' },
-      seconds: { type: 'string' },
-      'tick-ms': { type: 'string' },
-      seed: { type: 'string' },
-      variants: { type: 'string' },
-      'ratio-policy': { type: 'string' },
-      'guard-slack': { type: 'string' },
-      'guard-window-ms': { type: 'string' },
-      'guard-trip-units': { type: 'string' },
-      'guard-drain-factor': { type: 'string' },
-      out: { type: 'string' },
-      'no-files': { type: 'boolean' },
-      list: { type: 'boolean' },
-      'print-scenario': { type: 'boolean' },
-      help: { type: 'boolean', short: 'h' },
-    },
   });
 }
 

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -74,10 +74,22 @@ describe('spillway sim', () => {
       ['--hosts', 'many'],
       ['--ratio-policy', 'ewma'],
       ['--unknown-flag'],
+      // Valid flags that make the run invalid: the last 100 ms sample would be partial.
+      ['--seconds', '2.05', '--hosts', '5', '--zones', '1', '--no-files'],
     ]) {
       const { code, err } = await capture(argv);
       assert.equal(code, 2, argv.join(' '));
-      assert.match(err, /spillway sim:/);
+      assert.match(
+        err,
+        /^spillway sim: .* \(ERR_SPILLWAY_INVALID_USAGE\)\nRun 'spillway sim --help' for usage\.\n$/,
+      );
     }
+    // A scenario file that fails validation names itself, as every config error does.
+    const dir = mkdtempSync(join(tmpdir(), 'spillway-sim-cli-'));
+    const file = join(dir, 'bad.yaml');
+    writeFileSync(file, 'name: team/checkout\nbuckets: [{ key: a, limitRps: 1, offeredRps: [[0, 5]] }]\n');
+    const bad = await capture(['--scenario', file, '--no-files']);
+    assert.equal(bad.code, 2);
+    assert.match(bad.err, /ERR_SPILLWAY_INVALID_CONFIG/);
   });
 });
