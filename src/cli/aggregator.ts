@@ -1,5 +1,5 @@
 import { hostname } from 'node:os';
-import { createAggregator } from '../control/aggregator.js';
+import { type ChildTier, createAggregator } from '../control/aggregator.js';
 import { addAggregatorMetrics } from '../ops/aggregator-metrics.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
@@ -22,6 +22,7 @@ import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.j
 import {
   AUTH_TOKEN_FLAGS,
   readAuthToken,
+  readChildToken,
   readClientTls,
   readServerTls,
   TLS_CLIENT_FLAGS,
@@ -61,6 +62,21 @@ export const spec: CommandSpec = {
       description:
         "zones whose reports are accepted ('*': any, for a regional aggregator); others are refused",
       defaultText: 'the --zone',
+    },
+    'child-tier': {
+      type: 'string',
+      multiple: true,
+      valueName: 'host|aggregator',
+      description:
+        "tiers whose reports are accepted ('aggregator' for a regional aggregator over zone aggregators); others are refused",
+      defaultText: 'host',
+    },
+    'child-token-file': {
+      type: 'string',
+      valueName: 'path',
+      description:
+        'file holding the token required from children (first line), when it differs from the one sent to parents: hosts then cannot report to the parents',
+      defaultText: 'the --auth-token-file token',
     },
     region: { type: 'string', valueName: 'region', description: 'region put in forwarded reports' },
     listen: {
@@ -139,6 +155,14 @@ export function run(argv: string[]): Promise<number> {
     }
     const acceptZones = listFlag(values, 'accept-zone');
     const anyZone = acceptZones.includes('*');
+    const childTierList = listFlag(values, 'child-tier');
+    for (const tier of childTierList) {
+      if (tier !== 'host' && tier !== 'aggregator') {
+        throw usageError(`--child-tier must be host or aggregator, got '${tier}'`, { flag: 'child-tier' });
+      }
+    }
+    const childTiers = (childTierList.length > 0 ? childTierList : ['host']) as ChildTier[];
+    const childToken = await readChildToken(values, authToken);
 
     const metrics = createMetrics({ component: 'aggregator', id });
     const clients = await createParentClients(parents, {
@@ -156,6 +180,7 @@ export function run(argv: string[]): Promise<number> {
       parents: clients,
       parentMode,
       ...(anyZone ? {} : { acceptZones: acceptZones.length > 0 ? acceptZones : [zone] }),
+      childTiers,
       ...(reporterCap ? { reporterCap } : {}),
       intervalMs,
       reportTimeoutMs,
@@ -167,7 +192,7 @@ export function run(argv: string[]): Promise<number> {
       host: listen.host,
       port: listen.port,
       handler: instrumentReportHandler(aggregator.handleReport, metrics),
-      authToken,
+      authToken: childToken,
       ...(serverTls ? { tls: serverTls } : {}),
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
     });

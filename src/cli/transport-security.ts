@@ -88,6 +88,19 @@ export async function readAuthToken(values: FlagValues): Promise<string | undefi
   return readTokenFile('auth-token-file', path);
 }
 
+/**
+ * The token an aggregator requires from its children: --child-token-file, else the one it sends to
+ * its parents. A distinct one keeps the parents' token off the hosts, so a host cannot report to a
+ * controller directly (as an aggregator of its own making).
+ */
+export async function readChildToken(
+  values: FlagValues,
+  authToken: string | undefined,
+): Promise<string | undefined> {
+  const path = stringFlag(values, 'child-token-file');
+  return path === undefined ? authToken : readTokenFile('child-token-file', path);
+}
+
 /** A receiver's tokens bound to zones (the controller): see ZoneToken in grpc-control-server.ts. */
 export const ZONE_TOKEN_FLAGS: Record<string, FlagSpec> = {
   'zone-token-file': {

@@ -14,6 +14,7 @@ import {
 } from '../gen/spillway/v1/control_pb.js';
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { hostsSpokenFor } from './hosts-spoken-for.js';
 import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
 import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
@@ -47,6 +48,14 @@ export interface AggregatorOptions {
    * (ERR_SPILLWAY_INVALID_REPORT, field `zone`) before it touches any state. Default: any zone.
    */
   acceptZones?: readonly string[];
+  /**
+   * Tiers this aggregator takes reports from; a report of another tier is refused
+   * (ERR_SPILLWAY_INVALID_REPORT, field `tier`) before it touches any state. Default `['host']`: a
+   * zone aggregator's children are hosts, and a host that claimed the aggregator tier would have its
+   * `host_count` believed (lifting its reporter cap). A regional aggregator over zone aggregators
+   * sets `['aggregator']`. A report without a tier counts as a host's.
+   */
+  childTiers?: readonly ChildTier[];
   /** Bounds one host's say in a bucket's zone sum (see reporter-cap.ts). Default: none. */
   reporterCap?: ReporterCap;
   /** Forward period until a parent's reply sets another. Default 1000 ms. */
@@ -79,6 +88,8 @@ export interface AggregatorOptions {
   authToken?: string;
   logger?: ControlLogger;
 }
+
+export type ChildTier = 'host' | 'aggregator';
 
 export interface AggregatorHostSnapshot {
   id: string;
@@ -279,6 +290,12 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     });
   }
   const acceptZones = options.acceptZones ? new Set(options.acceptZones) : undefined;
+  const childTiers = new Set<ChildTier>(options.childTiers ?? ['host']);
+  if (childTiers.size === 0 || [...childTiers].some((t) => t !== 'host' && t !== 'aggregator')) {
+    throw new SpillwayError(ErrorCode.InvalidOption, "childTiers must list 'host' and/or 'aggregator'", {
+      field: 'childTiers',
+    });
+  }
   const reporterCap =
     options.reporterCap === undefined ? undefined : validateReporterCap(options.reporterCap);
   if (options.parents.length === 0) {
@@ -357,6 +374,21 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     } catch (error) {
       reject(error);
     }
+    const childTier: ChildTier | undefined =
+      request.tier === Tier.HOST || request.tier === Tier.UNSPECIFIED
+        ? 'host'
+        : request.tier === Tier.AGGREGATOR
+          ? 'aggregator'
+          : undefined;
+    if (childTier === undefined || !childTiers.has(childTier)) {
+      reject(
+        new SpillwayError(
+          ErrorCode.InvalidReport,
+          `aggregator ${options.id} takes reports from ${[...childTiers].join(' and ')} tier children, not ${tierName(request.tier)}`,
+          { field: 'tier', tier: tierName(request.tier) },
+        ),
+      );
+    }
     if (acceptZones && !acceptZones.has(request.zone)) {
       reject(
         new SpillwayError(
@@ -423,7 +455,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       host.lastWindowEndMs = request.windowEndMs;
       host.zone = request.zone;
       host.tier = request.tier;
-      host.hostCount = request.tier === Tier.HOST ? Math.max(1, request.hostCount) : request.hostCount;
+      host.hostCount = hostsSpokenFor(request);
       const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
       const usage: HostUsage[] = [];
       for (const [index, entry] of request.buckets.entries()) {

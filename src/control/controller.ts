@@ -15,10 +15,11 @@ import {
   type ReportRequest,
   type ReportResponse,
   ReportResponseSchema,
-  Tier,
+  type Tier,
 } from '../gen/spillway/v1/control_pb.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { hostsSpokenFor } from './hosts-spoken-for.js';
 import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
@@ -453,7 +454,7 @@ export function createController(options: ControllerOptions): Controller {
       child.tier = request.tier;
       child.zone = request.zone;
       child.region = request.region;
-      child.hostCount = request.tier === Tier.HOST ? Math.max(1, request.hostCount) : request.hostCount;
+      child.hostCount = hostsSpokenFor(request);
       const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
       const usage: ChildUsage[] = [];
       for (const entry of request.buckets) {

@@ -6,6 +6,7 @@ export type {
   AggregatorHostSnapshot,
   AggregatorOptions,
   AggregatorSnapshot,
+  ChildTier,
 } from './aggregator.js';
 export { createAggregator } from './aggregator.js';
 export type { ControlLogger } from './control-logger.js';

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
-import { createAggregator } from '../../src/control/aggregator.js';
+import { type ChildTier, createAggregator } from '../../src/control/aggregator.js';
 import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../../src/core/errors.js';
 import {
@@ -64,7 +64,10 @@ function directive(
   });
 }
 
-function setup(parents = [fakeParent('ctl-1')], extra: { hostGraceMs?: number; hostExpiryMs?: number } = {}) {
+function setup(
+  parents = [fakeParent('ctl-1')],
+  extra: { hostGraceMs?: number; hostExpiryMs?: number; childTiers?: ChildTier[] } = {},
+) {
   const clock = new ManualClock(START_MS);
   const aggregator = createAggregator({
     id: 'agg-a',
@@ -80,7 +83,7 @@ function setup(parents = [fakeParent('ctl-1')], extra: { hostGraceMs?: number; h
 
 describe('aggregator', () => {
   it('forwards one report per flush: summed rates times its own window, tier, zone, host count', async () => {
-    const { clock, aggregator, parents } = setup();
+    const { clock, aggregator, parents } = setup(undefined, { childTiers: ['host', 'aggregator'] });
     aggregator.start();
     const now = clock.nowMs();
     // 100 over 1 s and 400 over 2 s (both 100 rps, 200 rps total); admitted 50 + 100 rps.

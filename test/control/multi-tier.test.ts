@@ -32,6 +32,7 @@ function buildTree() {
   const region = createAggregator({
     id: 'region-eu',
     zone: 'eu',
+    childTiers: ['aggregator'],
     parents: [network.connect('controller', { from: 'region-eu' })],
     scheduler: clock,
     random: seededRandom(4),

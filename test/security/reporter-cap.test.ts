@@ -140,6 +140,51 @@ describe('reporter cap: one lying host', () => {
     assert.ok((aggregator.snapshot().counters.clippedUsages.host ?? 0) > 0);
   });
 
+  it('a liar claiming to speak for many hosts is counted as one host, or refused as an aggregator', () => {
+    const clock = new ManualClock(1_700_000_000_000);
+    const aggregator = createAggregator({
+      id: 'agg',
+      zone: 'z1',
+      parents: [{ target: 'p', report: () => new Promise(() => {}), close() {} }],
+      scheduler: clock,
+      reporterCap: { medianMultiple: 4, floorRps: 50 },
+    });
+    feed(aggregator.handleReport, clock.nowMs(), false);
+    // A host-tier report's host_count is not believed: the cap still sees one host.
+    call(
+      aggregator.handleReport,
+      hostReport({
+        id: 'liar',
+        sequence: 1,
+        endMs: clock.nowMs(),
+        hostCount: 1_000_000,
+        buckets: [{ bucket: 'pay', offered: LIE_RPS }],
+      }),
+    );
+    const liar = aggregator.snapshot().hosts.find((h) => h.id === 'liar')!;
+    assert.equal(liar.hostCount, 1);
+    // Claiming the aggregator tier instead is refused: a zone aggregator's children are hosts.
+    assert.throws(
+      () =>
+        call(
+          aggregator.handleReport,
+          hostReport({
+            id: 'liar-2',
+            sequence: 1,
+            endMs: clock.nowMs(),
+            tier: Tier.AGGREGATOR,
+            hostCount: 1_000_000,
+            buckets: [{ bucket: 'pay', offered: LIE_RPS }],
+          }),
+        ),
+      (error) => isSpillwayError(error, 'ERR_SPILLWAY_INVALID_REPORT') && error.details?.field === 'tier',
+    );
+    assert.equal(
+      aggregator.snapshot().hosts.find((h) => h.id === 'liar-2'),
+      undefined,
+    );
+  });
+
   it('validates its options and computes the documented bound', () => {
     assert.throws(
       () => validateReporterCap({ medianMultiple: 0.5 }),

@@ -26,6 +26,8 @@ import {
 // way in without the right credentials is tried and refused.
 
 const TOKEN = 'tier-token-0123456789abcdef';
+/** What the aggregator requires from its hosts (--child-token-file): not the controller's token. */
+const HOST_TOKEN = 'host-token-0123456789abcdef';
 const ADMIN_TOKEN = 'admin-token-0123456789abcdef';
 
 function haveOpenssl(): boolean {
@@ -90,25 +92,26 @@ describe('tier authentication', {
   let host: SpillwayProcess;
   let dashboard = '';
 
-  const report = (zone: string, authToken = '') =>
+  const report = (zone: string, tier: Tier) =>
     create(ReportRequestSchema, {
       reporterId: 'intruder',
-      tier: Tier.HOST,
+      tier,
+      hostCount: tier === Tier.AGGREGATOR ? 1_000_000 : 1,
       zone,
       sequence: 1n,
       windowStartMs: BigInt(Date.now() - 1000),
       windowEndMs: BigInt(Date.now()),
       buckets: [{ bucket: 'pay', offered: 1e6, admitted: 1e6 }],
-      authToken,
     });
   const refusal = async (
     target: string,
     options: Parameters<typeof createGrpcControlClient>[1],
     zone = 'z1',
+    tier = Tier.HOST,
   ) => {
     const client = createGrpcControlClient(target, options);
     try {
-      await client.report(report(zone), { timeoutMs: 3_000 });
+      await client.report(report(zone, tier), { timeoutMs: 3_000 });
       return 'accepted';
     } catch (error) {
       assert.ok(isSpillwayError(error));
@@ -121,6 +124,7 @@ describe('tier authentication', {
   before(async () => {
     file = makeCertificates(dir);
     writeFileSync(file('token'), `${TOKEN}\n`);
+    writeFileSync(file('host-token'), `${HOST_TOKEN}\n`);
     writeFileSync(
       file('limits.yaml'),
       [
@@ -178,6 +182,8 @@ describe('tier authentication', {
       file('client.pem'),
       '--tls-client-key',
       file('client.key'),
+      '--child-token-file',
+      file('host-token'),
       ...common,
     ]);
     started.push(aggregator);
@@ -193,7 +199,12 @@ describe('tier authentication', {
       '500',
       '--tls-ca',
       file('ca.pem'),
-      ...common,
+      '--ops',
+      '127.0.0.1:0',
+      '--log-level',
+      'warn',
+      '--auth-token-file',
+      file('host-token'),
     ]);
     started.push(host);
   });
@@ -237,10 +248,28 @@ describe('tier authentication', {
     );
   });
 
+  it("hosts hold the aggregator's token, not the controller's, and cannot pass for an aggregator", async () => {
+    const caPem = readFileSync(file('ca.pem'));
+    const mtls: GrpcClientTlsOptions = {
+      caPem,
+      certPem: readFileSync(file('client.pem')),
+      keyPem: readFileSync(file('client.key')),
+    };
+    // The hosts' token opens the aggregator only: straight to the controller it is refused.
+    assert.equal(await refusal(controller.grpc!, { tls: mtls, authToken: HOST_TOKEN }), 'UNAUTHENTICATED');
+    assert.equal(await refusal(aggregator.grpc!, { tls: { caPem }, authToken: TOKEN }), 'UNAUTHENTICATED');
+    // At the zone aggregator, claiming the aggregator tier (and a million hosts) is refused.
+    assert.equal(
+      await refusal(aggregator.grpc!, { tls: { caPem }, authToken: HOST_TOKEN }, 'z1', Tier.AGGREGATOR),
+      'INVALID_ARGUMENT',
+    );
+    assert.equal(await refusal(aggregator.grpc!, { tls: { caPem }, authToken: HOST_TOKEN }), 'accepted');
+  });
+
   it('an aggregator refuses reports claiming another zone', async () => {
     const caPem = readFileSync(file('ca.pem'));
     assert.equal(
-      await refusal(aggregator.grpc!, { tls: { caPem }, authToken: TOKEN }, 'z2'),
+      await refusal(aggregator.grpc!, { tls: { caPem }, authToken: HOST_TOKEN }, 'z2'),
       'INVALID_ARGUMENT',
     );
     const rejected = (await scrape(aggregator.ops)).get(
