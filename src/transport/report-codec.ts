@@ -33,6 +33,21 @@ class Reader {
     throw malformed('varint longer than 10 bytes');
   }
 
+  /**
+   * A varint's low 32 bits, as protobuf reads a uint32 (or, `| 0`, an int32 or enum) from a varint of
+   * any length: a negative enum is sent as ten bytes, which `varint()` could not hold exactly. The
+   * low 32 bits are all in the first five bytes.
+   */
+  uint32(): number {
+    let result = 0;
+    for (let i = 0; i < 10; i++) {
+      const byte = this.byte();
+      if (i < 5) result = (result | ((byte & 0x7f) << (7 * i))) >>> 0;
+      if (byte < 0x80) return result;
+    }
+    throw malformed('varint longer than 10 bytes');
+  }
+
   /** A varint as a 64-bit two's complement value. */
   varint64(signed: boolean): bigint {
     const start = this.pos;
@@ -100,8 +115,19 @@ class Reader {
     return out;
   }
 
-  skip(wireType: number): void {
+  /** Skips one field's value; `field` closes a group (wire type 3) as protobuf-es does. */
+  skip(wireType: number, field = 0): void {
     switch (wireType) {
+      case 3:
+        // A group (proto2's, never in this protocol): skip its fields up to its end tag.
+        for (;;) {
+          const tag = this.varint();
+          if ((tag & 7) === 4) {
+            if (Math.floor(tag / 8) !== field) throw malformed('mismatched end of group');
+            return;
+          }
+          this.skip(tag & 7, Math.floor(tag / 8));
+        }
       case 0:
         this.varint64(false);
         return;
@@ -138,7 +164,7 @@ export function readReportAuthToken(bytes: Uint8Array): string {
   while (reader.pos < bytes.length) {
     const tag = reader.varint();
     if (tag === AUTH_TOKEN_TAG) token = reader.string();
-    else reader.skip(tag & 7);
+    else reader.skip(tag & 7, Math.floor(tag / 8));
   }
   return token;
 }
@@ -178,7 +204,7 @@ export function decodeReportRequest(bytes: Uint8Array, maxBuckets = Number.POSIT
         continue;
       case 2:
         if (wireType !== 0) break;
-        request.tier = reader.varint() | 0;
+        request.tier = reader.uint32() | 0;
         continue;
       case 3:
         if (wireType !== 2) break;
@@ -212,14 +238,14 @@ export function decodeReportRequest(bytes: Uint8Array, maxBuckets = Number.POSIT
         continue;
       case 9:
         if (wireType !== 0) break;
-        request.hostCount = reader.varint() >>> 0;
+        request.hostCount = reader.uint32();
         continue;
       case 10:
         if (wireType !== 2) break;
         request.authToken = reader.string();
         continue;
     }
-    reader.skip(wireType);
+    reader.skip(wireType, field);
   }
   return request;
 }
@@ -242,7 +268,7 @@ function decodeBucketUsage(reader: Reader, end: number): ReportRequest['buckets'
     else if (field === 3 && wireType === 1) usage.admitted = reader.double();
     else if (field === 4 && wireType === 1) usage.wouldDrop = reader.double();
     else if (field === 5 && wireType === 0) usage.heldEpoch = reader.varint64(false);
-    else reader.skip(wireType);
+    else reader.skip(wireType, field);
   }
   if (reader.pos !== end) throw malformed('bucket usage overruns its length');
   return usage;

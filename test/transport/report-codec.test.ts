@@ -103,6 +103,31 @@ describe('report codec (hand-written, wire-identical to protobuf-es)', () => {
     );
   });
 
+  it('reads valid but unusual encodings as protobuf-es does: 10-byte enums, over-long uint32, groups', () => {
+    const tenBytes = (low: number) => [low, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01];
+    const cases: number[][] = [
+      [0x10, ...tenBytes(0xff)], // tier = -1, as every int32 enum below zero is sent
+      [0x48, ...tenBytes(0x85)], // host_count: uint32 keeps the low 32 bits
+      [0xa3, 0x01, 0xa4, 0x01, 0x0a, 0x01, 0x68], // an empty group as unknown field 20, then reporter_id
+      [0xa3, 0x01, 0x08, 0x05, 0xab, 0x01, 0xac, 0x01, 0xa4, 0x01, 0x0a, 0x01, 0x68], // nested groups
+    ];
+    for (const bytes of cases) {
+      const wire = new Uint8Array(bytes);
+      const ours = decodeReportRequest(wire);
+      const theirs = fromBinary(ReportRequestSchema, wire);
+      assert.equal(ours.tier, theirs.tier, String(bytes));
+      assert.equal(ours.hostCount, theirs.hostCount, String(bytes));
+      assert.equal(ours.reporterId, theirs.reporterId, String(bytes));
+    }
+    // A group closed by another field's end tag is malformed, as protobuf-es says too.
+    const mismatched = new Uint8Array([0xa3, 0x01, 0xac, 0x01]);
+    assert.throws(() => fromBinary(ReportRequestSchema, mismatched));
+    assert.throws(
+      () => decodeReportRequest(mismatched),
+      (error) => isSpillwayError(error, 'ERR_SPILLWAY_INVALID_REPORT'),
+    );
+  });
+
   it('skips unknown fields and refuses truncated bytes with ERR_SPILLWAY_INVALID_REPORT', () => {
     const bytes = toBinary(
       ReportRequestSchema,
