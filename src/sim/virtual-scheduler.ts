@@ -11,7 +11,10 @@ import type { Cancellable, Scheduler } from '../core/clock.js';
  * - `runUntil()` is async and drains the microtask queue after each group of timers that fall
  *   due at the same instant. The real components settle promises (a report reply resolves the
  *   reporter's `await`), and their continuations must run at the virtual instant the reply
- *   arrived, before time moves on, exactly as they would on a real event loop.
+ *   arrived, before time moves on. One difference from a real event loop remains: Node drains
+ *   microtasks after each timer, this scheduler after all the timers of one instant, so two
+ *   timers due at the same instant both run before either's continuations. Components never
+ *   rely on that order (a report's reply arrives at a later instant than its send).
  */
 interface VirtualTimer {
   dueMs: number;

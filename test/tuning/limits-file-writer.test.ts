@@ -1,5 +1,14 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from 'node:fs';
+import {
+  lstatSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  statSync,
+  symlinkSync,
+  writeFileSync,
+} from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -72,6 +81,18 @@ describe('limits file writer', () => {
     );
     assert.equal(statSync(path).mode & 0o777, 0o640);
     assert.deepEqual(readdirSync(dir), ['limits.yaml']);
+  });
+
+  it('writes through a symbolic link: the file it points to changes, the link stays a link', async () => {
+    const source = mkdtempSync(join(dir, 'source-'));
+    const real = join(source, 'limits.yaml');
+    writeFileSync(real, LIMITS);
+    const link = join(dir, 'linked.yaml');
+    symlinkSync(real, link);
+    await writeLimitsFile(link, [{ bucket: 'payments:charge', limitRps: 600 }]);
+    assert.ok(lstatSync(link).isSymbolicLink(), 'still a link');
+    assert.equal(parseLimitsConfig(readFileSync(real, 'utf8')).buckets[0]!.limitRps, 600);
+    assert.deepEqual(readdirSync(source), ['limits.yaml'], 'no temp left beside the target');
   });
 
   it('an invalid change leaves the file untouched', async () => {

@@ -1,9 +1,9 @@
 import { randomBytes } from 'node:crypto';
-import { readFile, rename, stat, unlink, writeFile } from 'node:fs/promises';
+import { readFile, realpath, rename, stat, unlink, writeFile } from 'node:fs/promises';
 import { basename, dirname, join } from 'node:path';
 import { isMap, isScalar, isSeq, parseDocument, Scalar } from 'yaml';
 import { type LimitsConfig, parseLimitsConfig } from '../../config/limits-config.js';
-import { ErrorCode, SpillwayError } from '../../core/errors.js';
+import { ErrorCode, isSpillwayError, SpillwayError } from '../../core/errors.js';
 
 /** A new limit for the exact-key rule `bucket`. */
 export interface LimitChange {
@@ -50,11 +50,18 @@ export function updateLimitsText(
  * file in the same directory (same file system), flushed, then renamed over the original, so a
  * reader (the controller's file watcher) sees the old file or the new one, never half of one. The
  * original's permission bits are kept. A running controller reloads the file on its own.
+ *
+ * A symbolic link is written through: the file it points to is replaced, and the link stays (renamed
+ * over, the link would become a copy that no longer follows its source). If the file changed between
+ * the read and the write (an operator's edit), nothing is written: ERR_SPILLWAY_INVALID_CONFIG, and
+ * the next run starts from the edited file.
  */
 export async function writeLimitsFile(path: string, changes: readonly LimitChange[]): Promise<LimitsConfig> {
   let text: string;
+  let target: string;
   try {
-    text = await readFile(path, 'utf8');
+    target = await realpath(path);
+    text = await readFile(target, 'utf8');
   } catch (error) {
     throw new SpillwayError(
       ErrorCode.InvalidConfig,
@@ -65,15 +72,25 @@ export async function writeLimitsFile(path: string, changes: readonly LimitChang
   }
   const { text: updated, config } = updateLimitsText(text, changes, path);
   if (updated === text) return config;
-  const mode = (await stat(path)).mode & 0o777;
+  const mode = (await stat(target)).mode & 0o777;
   const temporary = join(
-    dirname(path),
-    `.${basename(path)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`,
+    dirname(target),
+    `.${basename(target)}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`,
   );
   try {
     await writeFile(temporary, updated, { encoding: 'utf8', mode, flush: true });
-    await rename(temporary, path);
+    // Narrows the window for a lost edit to the rename itself; without a lock it cannot be closed.
+    if ((await readFile(target, 'utf8')) !== text) {
+      await unlink(temporary).catch(() => {});
+      throw new SpillwayError(
+        ErrorCode.InvalidConfig,
+        `${path}: the limits file changed while tuning; nothing written (the next run reads the new file)`,
+        { file: path },
+      );
+    }
+    await rename(temporary, target);
   } catch (error) {
+    if (isSpillwayError(error)) throw error;
     await unlink(temporary).catch(() => {});
     throw new SpillwayError(
       ErrorCode.InvalidConfig,
