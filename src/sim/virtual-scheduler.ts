@@ -13,8 +13,9 @@ import type { Cancellable, Scheduler } from '../core/clock.js';
  *   reporter's `await`), and their continuations must run at the virtual instant the reply
  *   arrived, before time moves on. One difference from a real event loop remains: Node drains
  *   microtasks after each timer, this scheduler after all the timers of one instant, so two
- *   timers due at the same instant both run before either's continuations. Components never
- *   rely on that order (a report's reply arrives at a later instant than its send).
+ *   timers due at the same instant both run before either's continuations. With a network
+ *   delay above zero a reply lands at a later instant than its send, so this only reorders
+ *   independent work; with a zero delay it can differ from Node's order.
  */
 interface VirtualTimer {
   dueMs: number;
