@@ -23,6 +23,7 @@ import { fileURLToPath } from 'node:url';
 import { readListening } from '../test/integration/spillway-process.js';
 import { proxyRules, runOkUpstream } from './http-probes.js';
 import { median } from './paired-stats.js';
+import { benchEnv, sourceCommit } from './provenance.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
@@ -337,7 +338,7 @@ async function main(): Promise<void> {
     '',
     `${startedAt} · Node ${process.version} · ${valgrindVersion} · ${os.type()} ${os.release()} ${os.arch()}`,
     '',
-    `Reproduce: \`${COMMAND}\` (${PAIRS} pairs of windows per case, ${fmt(REQUESTS)} requests per window).`,
+    `Reproduce: \`git checkout ${sourceCommit(ROOT).split(' ')[0]} && ${benchEnv()}${COMMAND}\` (${PAIRS} pairs of windows per case, ${fmt(REQUESTS)} requests per window; code at ${sourceCommit(ROOT)}).`,
     '',
     'Each `spillway proxy` runs under valgrind (callgrind), which counts every instruction the process',
     'executes in all its threads: JIT-compiled JavaScript, the garbage collector, libuv (not the',

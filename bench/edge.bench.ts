@@ -59,6 +59,7 @@ import {
   pooledComparison,
   type SparseHistogram,
 } from './paired-stats.js';
+import { benchEnv, sourceCommit } from './provenance.js';
 import { unpairedTargetsSection } from './unpaired-targets.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
@@ -76,6 +77,8 @@ const OVER_LIMIT_RPS = Number(process.env.BENCH_OVER_LIMIT_RPS ?? 500);
  * load on the machine. BENCH_PAIRED_RATE=500 keeps the machine at the load of one case alone.
  */
 const PAIRED_RATE = Number(process.env.BENCH_PAIRED_RATE ?? RATE);
+/** Paired round r draws its arrivals from seed PAIRED_SEED_BASE + r (the per-case runs all use seed 1). */
+const PAIRED_SEED_BASE = 1000;
 /**
  * Per side in the paired Express comparisons. Two Express processes at BENCH_RATE each, beside the
  * upstream and the generator, saturated a 2-CPU machine (p99 in seconds, 2026-11-30 17:23), so by
@@ -671,9 +674,12 @@ async function openLoop(
   rate: number,
   warmupSec: number,
   sliceMs = 0,
+  seed = 1,
 ): Promise<LoadResult[]> {
   const output = await runLoadProcess([
     'openloop',
+    '--seed',
+    String(seed),
     ...urls.flatMap((url) => ['--url', url]),
     '--duration',
     String(durationSec),
@@ -724,14 +730,6 @@ interface CaseRound {
 }
 
 /** The BENCH_* variables this run was given, as a command prefix (so a subset run says it is one). */
-function benchEnv(): string {
-  return Object.entries(process.env)
-    .filter(([name, value]) => name.startsWith('BENCH_') && value !== undefined && value !== '')
-    .sort(([a], [b]) => a.localeCompare(b))
-    .map(([name, value]) => `${name}=${value} `)
-    .join('');
-}
-
 function limitsYaml(): string {
   return [
     'version: 1',
@@ -1366,6 +1364,9 @@ async function main(): Promise<void> {
           rate,
           sliced ? warmupS * 2 : warmupS,
           sliced ? SLICE_MS : 0,
+          // Each round its own arrivals and side draws: one seed for all would replay one pattern,
+          // and any asymmetry in it would act as a fixed side effect the rounds cannot average out.
+          PAIRED_SEED_BASE + round,
         )) as [LoadResult, LoadResult];
         const [a, b] = swapped ? [results[1], results[0]] : results;
         paired.get(pairKey(aId, bId, mode))!.push({ a, b });
@@ -1607,7 +1608,8 @@ async function main(): Promise<void> {
       express: version('express'),
       autocannon: version('autocannon'),
       rateLimiterFlexible: version('rate-limiter-flexible'),
-      command: COMMAND,
+      command: `${benchEnv()}${COMMAND}`,
+      commit: sourceCommit(ROOT),
       rounds: ROUNDS,
       durationSec: DURATION_S,
       maxDurationSec: MAX_DURATION_S,
@@ -1648,7 +1650,7 @@ async function main(): Promise<void> {
             '',
           ]
         : []),
-      `Reproduce: \`${benchEnv()}${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds).`,
+      `Reproduce: \`git checkout ${meta.commit.split(' ')[0]} && ${benchEnv()}${COMMAND}\` (${ROUNDS} rounds, cases round-robin, medians over rounds; code at ${meta.commit}).`,
       '',
       "The machine's own stalls before and after the cases (a 1 ms timer's lateness over 10 s on each CPU while this",
       "benchmark's processes are idle; whatever else the machine runs shows here): no latency percentile below can be measured finer than these.",
@@ -1727,6 +1729,8 @@ async function main(): Promise<void> {
       'favoured its first target by a few percent at p99 (bench/results/edge-express-aa.md), and alternating',
       'keeps a side advantage out of the pooled figures (runs before 2026-12-01 11:30 always sent the',
       'first-named case first). Two processes can still differ by a few percent: read the A/A rows first.',
+      `Paired round r draws its arrivals and side assignments from seed ${PAIRED_SEED_BASE} + r (runs before 2026-12-02 09:30 replayed seed 1 in every round).`,
+      'Pooled percentiles use bins of 0.05% (0.5% before 2026-12-02 09:30: a pooled ratio could then be off by up to about 0.5 points).',
       FRESH_PAIRS
         ? `Each pair runs on fresh processes each round (BENCH_FRESH_PAIRS; ${FRESH_PAIRED_WARMUP_S} s of warmup for their JIT, not recorded), started in an order that turns every two rounds: two long-lived bare proxies kept an offset of ~5% at p99 whichever side they were on (bench/results/edge-proxy-alternated.md), so a difference between processes now varies from round to round and widens the interval instead of shifting the figure.`
         : 'The pairs run on the processes of the per-case runs (BENCH_FRESH_PAIRS=0): an offset between two processes stays in every round and shifts the figure.',

@@ -26,8 +26,9 @@ export const spec: CommandSpec = {
     'min-days': {
       type: 'string',
       valueName: 'n',
-      description: 'fewer days with demand than this: no proposal',
-      defaultText: String(DEFAULT_MIN_DAYS),
+      description:
+        "watched for fewer days than this (from the bucket's first day in the window): no proposal; at most 7 x --weeks",
+      defaultText: `${DEFAULT_MIN_DAYS}, or 7 x --weeks if fewer`,
     },
     apply: {
       type: 'boolean',
@@ -54,7 +55,11 @@ export function run(argv: string[]): Promise<number> {
     const configPath = stringFlag(values, 'config')!;
     const weeks = numberFlag(values, 'weeks', 4, { min: 1, integer: true });
     if (weeks > 52) throw usageError(`--weeks must be at most 52, got ${weeks}`, { flag: 'weeks' });
-    const minDays = numberFlag(values, 'min-days', DEFAULT_MIN_DAYS, { min: 1, integer: true });
+    const minDays = numberFlag(values, 'min-days', Math.min(DEFAULT_MIN_DAYS, weeks * 7), {
+      min: 1,
+      max: weeks * 7,
+      integer: true,
+    });
     const apply = values.apply === true;
     const json = values.json === true;
     if (values.force === true && !apply)

@@ -10,7 +10,15 @@ function ramp(n: number, scale = 1): number[] {
 const ratio = (a: number, b: number) => a / b - 1;
 
 describe('pooled percentiles of paired rounds (bench/paired-stats.ts)', () => {
-  it('finds the pooled quantile to within the 0.5% bins', () => {
+  it('resolves a ratio near the 5% target to within 0.1%: the verdict cannot hinge on a bin edge', () => {
+    for (const truth of [0.048, 0.0505, 0.0495, 0.052]) {
+      const round = { a: histogramOf(ramp(20_000, 0.05 * (1 + truth))), b: histogramOf(ramp(20_000, 0.05)) };
+      const result = pooledComparison([round, round, round], 0.99, ratio)!;
+      assert.ok(Math.abs(result.value - truth) < 0.001, `${truth}: ${result.value}`);
+    }
+  });
+
+  it('finds the pooled quantile to within its bins', () => {
     // Two rounds of 1..1000 ms: the pooled p99 is 990 ms on both sides.
     const round = { a: histogramOf(ramp(1000)), b: histogramOf(ramp(1000, 2)) };
     const result = pooledComparison([round, round], 0.99, (a, b) => a / (b / 2) - 1)!;

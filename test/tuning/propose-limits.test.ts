@@ -109,13 +109,31 @@ describe('proposeLimits: known answers on generated history', () => {
     assert.equal(chosenIndex(1, 0.95), 0);
   });
 
+  it('quiet days count as watched, not as demand: a weekday-only API is tuned from its weekdays', () => {
+    const store = createMemoryHistoryStore();
+    // 20 weekdays at 1000 rps, weekends without a single request (no rows at all).
+    for (let ago = 28; ago >= 1; ago--) {
+      if (!isWeekend(dayAgo(ago))) recordDays(store, 'weekdays', 1, () => 1000, dayAgo(ago - 1));
+    }
+    const p = proposeOne(store, rule('weekdays', 1200));
+    assert.equal(p.status, 'change', p.reason);
+    assert.equal(p.proposedLimitRps, 1300);
+    assert.equal(p.explanation!.dailyPeaks.length, 20);
+    // A shorter window asks for no more days than it holds.
+    const week = proposeOne(store, rule('weekdays', 1200), { weeks: 1 });
+    assert.equal(week.status, 'change', week.reason);
+  });
+
   it('days without demand do not count: an idle bucket keeps its limit', () => {
     const store = createMemoryHistoryStore();
     recordDays(store, 'idle', 28, () => 0);
     const p = proposeOne(store, rule('idle', 200, { auto: true }));
     assert.equal(p.status, 'insufficient-history');
     assert.equal(p.proposedLimitRps, 200);
-    assert.equal(p.reason, 'only 0 days with demand in the last 4 weeks (need 21)');
+    assert.equal(
+      p.reason,
+      'only 0 days with demand in the last 4 weeks (need 3: the two highest are never sized from)',
+    );
   });
 
   it('never proposes a limit of 0, which would be a block tuning then leaves for good', () => {
@@ -211,12 +229,12 @@ describe('proposeLimits: known answers on generated history', () => {
     assert.equal(p.status, 'insufficient-history');
     assert.equal(p.action, 'none');
     assert.equal(p.proposedLimitRps, 700);
-    assert.equal(p.reason, 'only 6 days with demand in the last 4 weeks (need 21)');
+    assert.equal(p.reason, 'watched for 6 days of the last 4 weeks (need 21)');
     assert.equal(p.explanation!.dailyPeaks.length, 6);
     assert.equal(p.explanation!.sizing, undefined);
     assert.equal(proposeOne(store, rule('api', 700), { minDays: 6 }).proposedLimitRps, 840);
     const never = proposeOne(store, rule('unknown', 700));
-    assert.equal(never.reason, 'only 0 days with demand in the last 4 weeks (need 21)');
+    assert.equal(never.reason, 'watched for 0 days of the last 4 weeks (need 21)');
   });
 
   it('opt-in buckets are applied, the others reviewed; templates and limit 0 are never tuned', () => {
@@ -282,6 +300,8 @@ describe('proposeLimits: known answers on generated history', () => {
       { weeks: 0 },
       { weeks: 1.5 },
       { minDays: 0 },
+      // More days than the window holds could never be met: every bucket would read "insufficient".
+      { weeks: 1, minDays: 8 },
       { defaults: { quantile: 0 } },
       { defaults: { headroom: -1 } },
       { defaults: { maxChangePerDay: 0 } },

@@ -89,7 +89,7 @@ describe('spillway tune (end to end on a temp SQLite history and limits file)', 
     assert.match(stdout, /^search +1000 +1200 +\+20% +review +change$/m);
     assert.match(stdout, /^brand-new +50 +- +- +none +insufficient-history$/m);
     assert.match(stdout, /^ {2}p95 of daily peaks: 3rd highest of 28 = 1000 rps on /m);
-    assert.match(stdout, /^ {2}no proposal: only 3 days with demand in the last 4 weeks \(need 21\)$/m);
+    assert.match(stdout, /^ {2}no proposal: watched for 3 days of the last 4 weeks \(need 21\)$/m);
     assert.equal(readFileSync(limitsPath, 'utf8'), LIMITS);
   });
 

@@ -22,7 +22,7 @@ export interface TuningParameters {
 
 /**
  * Defaults, and why:
- * - quantile 0.95: the 3rd highest daily peak from 21 days (DEFAULT_MIN_DAYS) to 40: the two highest
+ * - quantile 0.95: the 3rd highest daily peak from 21 days with demand to 41: the two highest
  *   days are always ignored, so an incident of one or two days (one crossing midnight) cannot raise
  *   a limit, yet a weekly peak (3 or more of the days) is always covered. The max (1.0) would let a
  *   single bad day set the limit for a month.
@@ -45,6 +45,9 @@ export const DEFAULT_TUNING: Readonly<TuningParameters> = Object.freeze({
  */
 export const DEFAULT_MIN_DAYS = 21;
 
+/** Fewest days with demand to size from: the two highest are ignored, so a third must exist. */
+export const MIN_DEMAND_DAYS = 3;
+
 /**
  * The smallest limit tuning proposes. Never 0: a limit of 0 is a deliberate block that tuning then
  * leaves alone for good, so a proposal reaching it would lock a bucket out.
@@ -54,7 +57,11 @@ export const MIN_TUNED_LIMIT_RPS = 0.01;
 export interface ProposeLimitsOptions {
   /** History window in whole weeks, ending at the start of the current UTC day. Default 4. */
   weeks?: number;
-  /** Fewer days with demand than this in the window: no proposal. Default DEFAULT_MIN_DAYS (21). */
+  /**
+   * Watched for fewer days than this (from the bucket's first day in the window, quiet days
+   * included): no proposal. At most the window's days. Default DEFAULT_MIN_DAYS (21), or the whole
+   * window when it is shorter.
+   */
   minDays?: number;
   /** Overrides DEFAULT_TUNING for buckets without their own setting. */
   defaults?: Partial<TuningParameters>;
@@ -64,7 +71,7 @@ export interface ProposeLimitsOptions {
 
 /**
  * `change`: a new limit is proposed. `unchanged`: the proposal is within `minChangeRatio` of the
- * current limit. `insufficient-history`: too few days with demand. `not-tunable`: a template rule or a
+ * current limit. `insufficient-history`: watched too briefly, or too few days with demand. `not-tunable`: a template rule or a
  * limit of 0 (a deliberate block), never changed by tuning.
  */
 export type ProposalStatus = 'change' | 'unchanged' | 'insufficient-history' | 'not-tunable';
@@ -148,10 +155,15 @@ export function proposeLimits(
   options: ProposeLimitsOptions = {},
 ): TuningProposal[] {
   const weeks = options.weeks ?? 4;
-  const minDays = options.minDays ?? DEFAULT_MIN_DAYS;
+  const minDays = options.minDays ?? Math.min(DEFAULT_MIN_DAYS, weeks * 7);
   const minChangeRatio = options.minChangeRatio ?? 0.01;
   checkOption('weeks', weeks, Number.isInteger(weeks) && weeks >= 1 && weeks <= 52, 'an integer in 1..52');
-  checkOption('minDays', minDays, Number.isInteger(minDays) && minDays >= 1, 'an integer >= 1');
+  checkOption(
+    'minDays',
+    minDays,
+    Number.isInteger(minDays) && minDays >= 1 && minDays <= weeks * 7,
+    `an integer from 1 to the window's ${weeks * 7} days`,
+  );
   checkOption('minChangeRatio', minChangeRatio, minChangeRatio >= 0 && minChangeRatio < 1, 'in [0, 1)');
   checkOption('nowMs', nowMs, Number.isFinite(nowMs), 'a finite epoch ms');
   const defaults: TuningParameters = { ...DEFAULT_TUNING, ...stripUndefined(options.defaults ?? {}) };
@@ -187,21 +199,31 @@ export function proposeLimits(
       };
     }
     const parameters = parametersFor(defaults, rule.tuning);
-    // A day without demand says nothing about what the bucket needs: counted, an idle month would
+    const stored = store.dailyPeaks(rule.key, windowStartMs, windowEndMs);
+    // How long the bucket has been watched: from its first day in the window, quiet days included
+    // (a weekday-only API is watched at weekends too).
+    const observedDays = stored.length === 0 ? 0 : Math.round((windowEndMs - stored[0]!.dayStartMs) / DAY_MS);
+    // A day without demand says nothing about what the bucket needs: sized from, an idle month would
     // walk a limit down to nothing by maxChangePerDay steps, and the traffic's return would meet it.
-    const stored = store
-      .dailyPeaks(rule.key, windowStartMs, windowEndMs)
-      .filter((d) => Number.isFinite(d.peakOfferedRps) && d.peakOfferedRps > 0);
-    const dailyPeaks: DayPeak[] = stored.map((d) => ({
-      date: utcDate(d.dayStartMs),
-      dayStartMs: d.dayStartMs,
-      peakOfferedRps: d.peakOfferedRps,
-    }));
-    if (dailyPeaks.length < minDays) {
+    const dailyPeaks: DayPeak[] = stored
+      .filter((d) => Number.isFinite(d.peakOfferedRps) && d.peakOfferedRps > 0)
+      .map((d) => ({
+        date: utcDate(d.dayStartMs),
+        dayStartMs: d.dayStartMs,
+        peakOfferedRps: d.peakOfferedRps,
+      }));
+    const weeksText = `${weeks} week${weeks === 1 ? '' : 's'}`;
+    const shortOf =
+      observedDays < minDays
+        ? `watched for ${observedDays} day${observedDays === 1 ? '' : 's'} of the last ${weeksText} (need ${minDays})`
+        : dailyPeaks.length < MIN_DEMAND_DAYS
+          ? `only ${dailyPeaks.length} day${dailyPeaks.length === 1 ? '' : 's'} with demand in the last ${weeksText} (need ${MIN_DEMAND_DAYS}: the two highest are never sized from)`
+          : undefined;
+    if (shortOf !== undefined) {
       return {
         ...base,
         status: 'insufficient-history',
-        reason: `only ${dailyPeaks.length} day${dailyPeaks.length === 1 ? '' : 's'} with demand in the last ${weeks} week${weeks === 1 ? '' : 's'} (need ${minDays})`,
+        reason: shortOf,
         explanation: { windowStartMs, windowEndMs, dailyPeaks, parameters },
       };
     }
