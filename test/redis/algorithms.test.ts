@@ -215,11 +215,13 @@ describe('Redis limiter algorithms', { skip: !redisServerAvailable() && process.
     const allowed: boolean[] = [];
     for (let i = 0; i < 5; i++) allowed.push((await tiny.limit('k', 1e-9)).allowed);
     assert.deepEqual(allowed, [true, true, false, false, false]);
+    // Refill slow enough that even seconds between the two calls (a loaded machine) refill less
+    // than the cost: 1e-6 a second refilled 5e-10 in half a millisecond, and the test then failed.
     const drained = createRedisTokenBucket({
       redis,
       prefix: 'tb-drained',
       capacity: 1,
-      refillPerSec: 1e-6,
+      refillPerSec: 1e-12,
       timeoutMs: TIMEOUT_MS,
     });
     assert.equal((await drained.limit('k', 1)).allowed, true);

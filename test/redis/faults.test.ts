@@ -240,7 +240,13 @@ test('Redis killed, fail-open: every call answers at once with fail-open; counte
     timeoutMs: TIMEOUT_MS,
   });
   const observed = observe(limiter);
-  for (let i = 0; i < 3; i++) assert.equal((await observed.limit('k')).decision.reason, undefined);
+  // Before the fault, calls are counted. On a loaded machine (CI beside other work) one may still
+  // take over the 100 ms timeout and fail open: that is the limiter working, so it is retried.
+  let counted = 0;
+  for (let i = 0; i < 50 && counted < 3; i++) {
+    if ((await observed.limit('k')).decision.reason === undefined) counted++;
+  }
+  assert.equal(counted, 3, 'three calls counted before the kill');
 
   await s.server.kill();
   const sequential: Timed[] = [];

@@ -124,7 +124,11 @@ describe('PeakRecorder', () => {
     });
     recorder.observe(snapshot(clock, { a: 1 }));
     recorder.flush();
-    assert.equal(store.peaks('old', 0, MINUTE0).length, 2, 'a first flush never prunes');
+    assert.equal(
+      store.peaks('old', 0, MINUTE0).length,
+      2,
+      'a first flush with no day before it never prunes',
+    );
     // Through the night (a minute every hour), into the next UTC day.
     for (let hour = 0; hour < 15; hour++) {
       clock.advance(3_600_000);
@@ -137,6 +141,25 @@ describe('PeakRecorder', () => {
       [Date.UTC(2026, 0, 2)],
       'the 4-day-old day is kept, the 21-day-old one pruned',
     );
+  });
+
+  it('a controller stopped every night prunes as one that never stops (the last day is in the store)', () => {
+    const store = createMemoryHistoryStore();
+    store.recordPeak('old', MINUTE0 - 100 * DAY_MS, 1);
+    // Day 0, 10:00-20:00, then stopped; day 1 from 08:00 by a new process on the same store.
+    const day0 = createPeakRecorder({ store });
+    const clock = new ManualClock(MINUTE0);
+    for (let hour = 0; hour < 10; hour++) {
+      day0.observe(snapshot(clock, { a: 1 }));
+      clock.advance(3_600_000);
+    }
+    day0.flush();
+    assert.equal(store.dailyPeaks('old', 0, MINUTE0).length, 1, 'no midnight yet');
+    clock.advance(12 * 3_600_000);
+    const day1 = createPeakRecorder({ store });
+    day1.observe(snapshot(clock, { a: 1 }));
+    day1.flush();
+    assert.deepEqual(store.dailyPeaks('old', 0, MINUTE0), [], 'the 100-day-old day pruned on day 1');
   });
 
   it('one reading of a clock gone months ahead prunes nothing', () => {

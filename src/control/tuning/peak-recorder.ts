@@ -1,4 +1,7 @@
-import { DAY_MS, type HistoryStore, minuteStartOf } from './history-store.js';
+import { DAY_MS, dayStartOf, type HistoryStore, minuteStartOf } from './history-store.js';
+
+/** Marker in the history store: the UTC day start of the last minute written. */
+export const LAST_WRITTEN_DAY_MARKER = 'peaks.lastWrittenDayStartMs';
 
 export interface PeakRecorderOptions {
   store: HistoryStore;
@@ -59,12 +62,12 @@ const DEFAULT_DAILY_RETENTION_MS = 84 * DAY_MS;
  * the rate a limit must be sized for. Global buckets record the fleet-wide offered rate, dropped
  * requests included (demand, not what the current limit let through).
  *
- * Pruning runs on the first flush of each UTC day that follows a flush of the day before, never on
- * a process's first flush nor after a jump: one reading of a clock gone days ahead (a VM resumed, a
- * controller started before its clock was set) would otherwise delete weeks of history at once. A
- * running process only prunes after it has run through a midnight, so a restart delays a prune by up
- * to a day. Store failures are reported to `onError` and counted; they never throw into the caller
- * (the controller's loop).
+ * Pruning runs on the first flush of a UTC day that follows the day of the last flush (kept in the
+ * store, so a controller stopped every night, or restarted, prunes as one that never stops), never
+ * after a jump: one reading of a clock gone days ahead (a VM resumed, a controller started before its
+ * clock was set) would otherwise delete weeks of history at once. After a gap of more than a day
+ * (the controller down, or the jump) the next day prunes. Store failures are reported to `onError`
+ * and counted; they never throw into the caller (the controller's loop).
  */
 export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
   const store = options.store;
@@ -73,7 +76,8 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
   const dailyRetentionMs = options.dailyRetentionMs ?? DEFAULT_DAILY_RETENTION_MS;
   let currentMinuteMs: number | undefined;
   let peaks = new Map<string, number>();
-  let lastWrittenMs: number | undefined;
+  /** The UTC day of the last write, kept in the store so a restart (or a nightly stop) carries it. */
+  let lastWrittenDay: number | undefined;
   const counters = { flushedMinutes: 0, failedFlushes: 0, bucketsOverCapacity: 0 };
 
   function write(minuteStartMs: number, minutePeaks: Map<string, number>): void {
@@ -81,10 +85,17 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
     try {
       store.recordPeaks(minuteStartMs, minutePeaks);
       counters.flushedMinutes++;
-      const previousMs = lastWrittenMs;
-      lastWrittenMs = minuteStartMs;
-      if (previousMs !== undefined && crossedMidnight(previousMs, minuteStartMs)) {
-        store.prune(minuteStartMs - minuteRetentionMs, minuteStartMs - dailyRetentionMs);
+      const day = dayStartOf(minuteStartMs);
+      lastWrittenDay ??= store.getMarker(LAST_WRITTEN_DAY_MARKER);
+      if (day !== lastWrittenDay) {
+        const previousDay = lastWrittenDay;
+        lastWrittenDay = day;
+        store.setMarker(LAST_WRITTEN_DAY_MARKER, day);
+        // The day after the last one written, and only then: one reading of a clock gone days
+        // ahead (or behind) moves the marker without pruning, and the next day prunes.
+        if (previousDay !== undefined && day === previousDay + DAY_MS) {
+          store.prune(minuteStartMs - minuteRetentionMs, minuteStartMs - dailyRetentionMs);
+        }
       }
     } catch (error) {
       counters.failedFlushes++;
@@ -130,9 +141,4 @@ export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
       return { ...counters, trackedBuckets: peaks.size };
     },
   };
-}
-
-/** `nextMs` is in the UTC day after `previousMs`'s: a run through one midnight, not a jump. */
-function crossedMidnight(previousMs: number, nextMs: number): boolean {
-  return Math.floor(nextMs / DAY_MS) === Math.floor(previousMs / DAY_MS) + 1;
 }
