@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
-import type { ChildProcess } from 'node:child_process';
+import { type ChildProcess, spawn } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { spawnSpillwayRaw, waitFor } from '../integration/spillway-process.js';
+import { REPO_ROOT, spawnSpillwayRaw, waitFor } from '../integration/spillway-process.js';
 
 // `spillway demo` end to end, from source: it starts its whole cluster (sidecar proxies and HTTP
 // load by default, or in-memory hosts), prints the dashboard URL and live summary tables, and leaves
@@ -14,8 +16,15 @@ interface DemoRun {
   exited: Promise<number | string>;
 }
 
-function runDemo(args: string[]): DemoRun {
-  const child = spawnSpillwayRaw(['demo', ...args]);
+/** `built`: the package as `npm start` runs it (bin/spillway.js over dist/, which `npm test` builds first). */
+function runDemo(args: string[], { built = false } = {}): DemoRun {
+  const child = built
+    ? spawn(process.execPath, ['bin/spillway.js', 'demo', ...args], {
+        cwd: REPO_ROOT,
+        stdio: ['ignore', 'pipe', 'pipe'],
+        env: { ...process.env, NODE_OPTIONS: '' },
+      })
+    : spawnSpillwayRaw(['demo', ...args]);
   let stdout = '';
   let stderr = '';
   child.stdout!.on('data', (chunk) => {
@@ -113,6 +122,26 @@ describe('spillway demo', { timeout: 180_000 }, () => {
         ],
       );
       for (const [name, pid] of pids) assert.equal(alive(pid), false, `${name} (pid ${pid}) is gone`);
+    });
+  });
+
+  it('runs from the built package as `npm start` does, and exits 0', {
+    skip: existsSync(join(REPO_ROOT, 'dist/src/cli/entry.js'))
+      ? false
+      : 'dist/ not built (npm test builds it)',
+  }, async () => {
+    // Built, the proxy's report client is a worker thread loaded from a file, and Node runs the
+    // demo's --import preload in it too: that once stopped every proxy seconds after the start.
+    const run = runDemo(['--duration', '8'], { built: true });
+    await withKillOnFailure(run, async () => {
+      const code = await Promise.race([
+        run.exited,
+        new Promise<string>((resolve) => setTimeout(() => resolve('timeout'), 150_000)),
+      ]);
+      assert.equal(code, 0, 'exit code');
+      assert.doesNotMatch(run.stdout() + run.stderr(), /exited unexpectedly/);
+      assert.match(run.stdout(), /stopped \(9 processes exited\)/);
+      assert.ok(tables(run.stdout()).length >= 1, 'at least one summary table');
     });
   });
 
