@@ -157,7 +157,7 @@ export function run(argv: string[]): Promise<number> {
     const zoneTokens = await readZoneTokens(values, authToken);
     const tls = await readServerTls(values, { caIsForClients: true });
     const reporterCap = reporterCapFromFlags(values);
-    let configText = await readConfigText(configPath);
+    const configText = await readConfigText(configPath);
     // What the file says, with the dashboard's admin overrides on top: what the controller runs.
     const overrides = createAdminOverrides(parseLimitsConfig(configText, configPath));
     let dashboard: DashboardServer | undefined;
@@ -194,6 +194,8 @@ export function run(argv: string[]): Promise<number> {
       labelNames: ['result'],
       registers: [metrics.registry],
     });
+    // Both results from the start, at 0: the first failed reload is then an increase alerts see.
+    for (const result of ['ok', 'error'] as const) reloads.inc({ result }, 0);
     const lastReload = new Gauge({
       name: 'spillway_config_last_success_timestamp_seconds',
       help: 'When the limits in force were loaded (epoch seconds).',
@@ -201,6 +203,8 @@ export function run(argv: string[]): Promise<number> {
     });
     lastReload.set(Date.now() / 1000);
     let lastReloadError: string | undefined;
+    /** The text of the last reload attempted (or the start's): the watcher's events re-read the file. */
+    let attemptedText = configText;
 
     /**
      * Reloads one at a time; a change during a reload triggers one more after it, as a SIGHUP if
@@ -216,22 +220,27 @@ export function run(argv: string[]): Promise<number> {
       reloading = (async () => {
         try {
           const text = await readConfigText(configPath);
-          // Editors fire several events per save; an unchanged file is not a reload. Unless the
-          // last reload failed: a file put back as it was loads again (an ok reload), which clears
-          // the error /healthz reports.
-          if (trigger !== 'SIGHUP' && text === configText && lastReloadError === undefined) return;
+          // The watcher reports every change in the file's directory (editors fire several events
+          // per save; a log or history file beside it, many a second): text already tried is not a
+          // reload. Compared with the last attempt, not the last success, so a file put back as it
+          // was after a failed edit loads again (an ok reload, which clears /healthz's error) while
+          // a broken file is tried once, not on every write beside it.
+          if (trigger !== 'SIGHUP' && text === attemptedText) return;
+          attemptedText = text;
           const config = parseLimitsConfig(text, configPath);
           const { dropped } = overrides.replaceFile(config);
           controller.updateConfig(overrides.effective());
           if (dropped.length > 0)
             logger.warn({ rules: dropped }, 'admin overrides dropped: their rules left the limits file');
-          configText = text;
           lastReloadError = undefined;
           reloads.inc({ result: 'ok' });
           lastReload.set(Date.now() / 1000);
           logger.info({ trigger, file: configPath, buckets: config.buckets.length }, 'limits reloaded');
         } catch (error) {
-          lastReloadError = error instanceof Error ? error.message : String(error);
+          const message = error instanceof Error ? error.message : String(error);
+          // The same failure again (an unreadable file, on every event beside it) is not news.
+          if (trigger !== 'SIGHUP' && message === lastReloadError) return;
+          lastReloadError = message;
           reloads.inc({ result: 'error' });
           logger.error(
             { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },

@@ -88,7 +88,7 @@ export function run(argv: string[]): Promise<number> {
       reloadOnSignal();
       return true;
     });
-    let configText = await readRulesText(configPath);
+    const configText = await readRulesText(configPath);
     let rules = parseProxyRules(configText, configPath);
 
     const metrics = createMetrics({ component: 'proxy', id });
@@ -130,6 +130,8 @@ export function run(argv: string[]): Promise<number> {
     }
     backend.start();
     let lastReloadError: string | undefined;
+    /** The text of the last reload attempted (or the start's): the watcher's events re-read the file. */
+    let attemptedText = configText;
 
     /**
      * Reloads one at a time; a change during a reload triggers one more after it, as a SIGHUP if
@@ -145,10 +147,13 @@ export function run(argv: string[]): Promise<number> {
       reloading = (async () => {
         try {
           const text = await readRulesText(configPath);
-          // Editors fire several events per save; an unchanged file is not a reload. Unless the
-          // last reload failed: a file put back as it was loads again (an ok reload, as SIGHUP of
-          // an unchanged file is), which clears the error /healthz reports.
-          if (trigger === 'file' && text === configText && lastReloadError === undefined) return;
+          // The watcher reports every change in the file's directory (editors fire several events
+          // per save; a log file beside it, many a second): text already tried is not a reload.
+          // Compared with the last attempt, not the last success, so a file put back as it was after
+          // a failed edit loads again (an ok reload, which clears /healthz's error) while a broken
+          // file is tried once, not on every write beside it.
+          if (trigger === 'file' && text === attemptedText) return;
+          attemptedText = text;
           const next: ProxyRules = parseProxyRules(text, configPath);
           if (!backend.accepts(next.backend)) {
             logger.warn(
@@ -158,12 +163,14 @@ export function run(argv: string[]): Promise<number> {
           }
           proxy.setRules(next);
           rules = next;
-          configText = text;
           lastReloadError = undefined;
           proxyMetrics.reload('ok');
           logger.info({ trigger, file: configPath, buckets: rules.buckets.length }, 'rules reloaded');
         } catch (error) {
-          lastReloadError = error instanceof Error ? error.message : String(error);
+          const message = error instanceof Error ? error.message : String(error);
+          // The same failure again (an unreadable file, on every event beside it) is not news.
+          if (trigger === 'file' && message === lastReloadError) return;
+          lastReloadError = message;
           proxyMetrics.reload('error');
           logger.error(
             { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },

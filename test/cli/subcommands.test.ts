@@ -204,6 +204,8 @@ describe('spillway controller: limits reload', () => {
     try {
       // The reply to the first report of a bucket carries its first directive.
       await waitFor('a first directive', async () => ((await limitSeen()) === 100 ? true : undefined));
+      // Both series exist from the start, so the first failure is an increase rate() can see.
+      assert.equal((await scrape(controller.ops)).get('spillway_config_reloads_total{result="error"}'), 0);
 
       writeFileSync(path, limits(250));
       await waitFor('the file change to apply', async () => ((await limitSeen()) === 250 ? true : undefined));
@@ -222,6 +224,16 @@ describe('spillway controller: limits reload', () => {
         controller.output.some((line) => line.includes('limits reload failed')),
         'the failure is logged',
       );
+      // Writes beside the broken file (a log, the history database) are events in the watched
+      // directory: the broken text was tried once, so they reload nothing and log nothing.
+      const failures = await reloads('error');
+      for (let i = 0; i < 10; i++) {
+        writeFileSync(join(dir, 'neighbour.log'), `line ${i}\n`, { flag: 'a' });
+        await new Promise((resolve) => setTimeout(resolve, 50));
+      }
+      // Absence takes a wait: past the watcher's 200 ms debounce, twice over.
+      await new Promise((resolve) => setTimeout(resolve, 600));
+      assert.equal(await reloads('error'), failures, 'no reload loop on writes beside the file');
 
       // The bad edit reverted, the file is again what is in force: an ok reload, and /healthz
       // stops reporting the old error.

@@ -80,9 +80,9 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     registers: [registry],
     collect() {
       this.reset();
-      for (let i = 0; i < OUTCOMES.length; i++) {
-        if (requestCounts[i]! > 0) this.inc({ outcome: OUTCOMES[i]! }, requestCounts[i]);
-      }
+      // Every outcome from the start, at 0: a series that appears at 1 reads as no increase to
+      // rate() and increase(), so the first of its kind would go unseen by an alert.
+      for (let i = 0; i < OUTCOMES.length; i++) this.inc({ outcome: OUTCOMES[i]! }, requestCounts[i]);
     },
   });
   /** Per bucket (rule name: bounded by the rules file, never by what clients send), per result. */
@@ -131,6 +131,8 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     labelNames: ['result'],
     registers: [registry],
   });
+  // Both results from the start, at 0: the first failed reload is then an increase alerts see.
+  for (const result of ['ok', 'error'] as const) reloads.inc({ result }, 0);
   return {
     request: (outcome) => {
       requestCounts[OUTCOME_INDEX[outcome]]!++;
