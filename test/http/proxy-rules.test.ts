@@ -287,6 +287,21 @@ describe('key templates', () => {
 
 describe('rules file', () => {
   const head = 'version: 1\nupstream:\n  url: http://127.0.0.1:9000\nbackend:\n  kind: local\n';
+  it('never quotes a password in an error: messages are logged and served in /healthz', () => {
+    const files = [
+      'version: 1\nupstream:\n  url: http://127.0.0.1:9000\nbackend:\n  kind: redis\n  url: redis+tls://default:hunter2@redis:6380\nbuckets: []\n',
+      'version: 1\nupstream:\n  url: http://admin:hunter2@127.0.0.1:9000/path\nbackend:\n  kind: local\nbuckets: []\n',
+      'version: 1\nupstream:\n  url: "http://admin:hunter2@[::1"\nbackend:\n  kind: local\nbuckets: []\n',
+    ];
+    for (const text of files) {
+      assert.throws(
+        () => parseProxyRules(text, 'r.yaml'),
+        (error: Error) => !error.message.includes('hunter2') && /\*\*\*@|credentials/.test(error.message),
+        text,
+      );
+    }
+  });
+
   const failures: [body: string, message: string][] = [
     ['buckets:\n  - name: a\n    limit: 1\n', 'r.yaml:7:5: buckets[0].windowSec: is required (number)'],
     [

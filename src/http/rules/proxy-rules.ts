@@ -264,7 +264,9 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
   try {
     url = new URL(raw.upstream.url);
   } catch {
-    return { issue: { path: ['upstream', 'url'], message: `"${raw.upstream.url}" is not a URL` } };
+    return {
+      issue: { path: ['upstream', 'url'], message: `"${withoutCredentials(raw.upstream.url)}" is not a URL` },
+    };
   }
   if (
     (url.protocol !== 'http:' && url.protocol !== 'https:') ||
@@ -275,7 +277,7 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
     return {
       issue: {
         path: ['upstream', 'url'],
-        message: `must be http(s)://host[:port] with no path, query or credentials, got "${raw.upstream.url}"`,
+        message: `must be http(s)://host[:port] with no path, query or credentials, got "${withoutCredentials(raw.upstream.url)}"`,
       },
     };
   }
@@ -308,7 +310,7 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
       return {
         issue: {
           path: ['backend', 'url'],
-          message: `must be redis://host:port or rediss://..., got "${raw.backend.url}"`,
+          message: `must be redis://host:port or rediss://..., got "${withoutCredentials(raw.backend.url)}"`,
         },
       };
     }
@@ -391,4 +393,12 @@ function methodSet(methods: readonly string[], routing: RoutingConfig): Readonly
   const set = new Set(methods);
   if (routing.headMatchesGet && set.has('GET')) set.add('HEAD');
   return set;
+}
+
+/**
+ * A URL as an error message may quote it: any `user:password@` replaced by `***@`. Messages are
+ * logged and served in /healthz (`lastReloadError`), and a Redis URL carries its password there.
+ */
+function withoutCredentials(url: string): string {
+  return url.replace(/(\/\/)[^/?#\s]*@/, '$1***@');
 }
