@@ -81,7 +81,7 @@ export function createMetrics(options: MetricsOptions): SpillwayMetrics {
 
   const reportsSent = new Counter({
     name: 'spillway_reports_total',
-    help: 'Reports sent to a parent tier, by parent address and result (ok, timeout, unavailable, error).',
+    help: 'Reports sent to a parent tier, by parent address and result (ok, timeout, unavailable: no answer, refused: the parent said no, error).',
     labelNames: ['parent', 'result'],
     registers: [registry],
   });

@@ -442,6 +442,17 @@ describe('rules file', () => {
     );
   });
 
+  it('examples/proxy-rules-global.yaml is valid and uses the global backend', async () => {
+    const rules = await loadProxyRules(
+      new URL('../../examples/proxy-rules-global.yaml', import.meta.url).pathname,
+    );
+    assert.equal(rules.backend.kind, 'global');
+    assert.deepEqual(
+      rules.buckets.map((b) => b.config.name),
+      ['payments', 'search', 'per-caller'],
+    );
+  });
+
   it('examples/proxy-rules.yaml is valid', async () => {
     const rules = await loadProxyRules(new URL('../../examples/proxy-rules.yaml', import.meta.url).pathname);
     assert.deepEqual(
