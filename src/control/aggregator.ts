@@ -1,6 +1,7 @@
 import { create } from '@bufbuild/protobuf';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { selectBusiest } from '../core/select-busiest.js';
 import {
   type BucketUsage,
   BucketUsageSchema,
@@ -642,12 +643,11 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   }
 
   /**
-   * The `maxBucketsPerForward` busiest buckets (by offered rate; ties by key, so the choice is
-   * stable). A zone flooded with keys (a caller rotating them over a template) keeps its busy
+   * The `maxBucketsPerForward` busiest buckets (by offered rate; ties to the oldest, so the choice
+   * is stable). A zone flooded with keys (a caller rotating them over a template) keeps its busy
    * buckets limited; the quiet tail goes unreported from this zone, and its directives run out.
    */
   function busiest(candidates: BucketEntry[]): BucketEntry[] {
-    candidates.sort((a, b) => b.offeredRps - a.offeredRps || (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     counters.bucketsLeftOutOfForwards += candidates.length - maxBucketsPerForward;
     if (!forwardCapWarned) {
       forwardCapWarned = true;
@@ -656,8 +656,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         'control: more buckets than one forward holds; the least busy are left out',
       );
     }
-    candidates.length = maxBucketsPerForward;
-    return candidates;
+    return selectBusiest(candidates, maxBucketsPerForward, (bucket) => bucket.offeredRps);
   }
 
   function buildReport(nowMs: number): ReportRequest {

@@ -2,14 +2,20 @@ import assert from 'node:assert/strict';
 import { Writable } from 'node:stream';
 import { describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
+import { createAggregator } from '../../src/control/aggregator.js';
+import { createController } from '../../src/control/controller.js';
+import { ManualClock } from '../../src/core/clock.js';
 import { ErrorCode, SpillwayError } from '../../src/core/errors.js';
 import { ReportRequestSchema, ReportResponseSchema } from '../../src/gen/spillway/v1/control_pb.js';
+import { addAggregatorMetrics } from '../../src/ops/aggregator-metrics.js';
+import { addControllerMetrics } from '../../src/ops/controller-metrics.js';
 import { instrumentControlClient } from '../../src/ops/instrument-control-client.js';
 import { instrumentReportHandler } from '../../src/ops/instrument-report-handler.js';
 import { createLogger, parseLogLevel } from '../../src/ops/logger.js';
 import { createMetrics, GC_PAUSE_BUCKETS_S } from '../../src/ops/metrics.js';
 import { startOpsServer } from '../../src/ops/ops-server.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
+import { call, hostReport } from '../control/report-fixtures.js';
 
 interface FakeSnapshot {
   buckets: { key: string; offered: number; ratio: number }[];
@@ -231,3 +237,55 @@ function sockets(): number {
   return process.getActiveResourcesInfo().filter((r) => r === 'TCPSocketWrap' || r === 'TCPServerWrap')
     .length;
 }
+
+describe('per-bucket series of the control plane are bounded', () => {
+  it('the controller and the aggregator export their busiest buckets only, and count the rest', async () => {
+    const clock = new ManualClock(1_700_000_000_000);
+    const controller = createController({
+      id: 'ctl',
+      scheduler: clock,
+      config: {
+        version: 1,
+        intervalMs: 1000,
+        ttlMs: 4000,
+        buckets: [
+          {
+            template: 'api:caller=*',
+            limitRps: 10,
+            mode: 'enforce',
+            scope: 'global',
+            overrides: {},
+            maxInstances: 1000,
+          },
+        ],
+      },
+    });
+    const aggregator = createAggregator({
+      id: 'agg',
+      zone: 'z1',
+      parents: [{ target: 'p', report: () => new Promise(() => {}), close() {} }],
+      scheduler: clock,
+    });
+    // 30 callers, caller k offering k units: the busiest 10 are 20..29.
+    const buckets = Array.from({ length: 30 }, (_, k) => ({ bucket: `api:caller=c${k}`, offered: k + 1 }));
+    for (const handler of [controller.handleReport, aggregator.handleReport]) {
+      call(handler, hostReport({ id: 'h1', sequence: 1, endMs: clock.nowMs(), zone: 'z1', buckets }));
+    }
+    controller.tick();
+    const controllerMetrics = createMetrics({ component: 'controller', id: 'ctl', processMetrics: false });
+    addControllerMetrics(controllerMetrics, controller, { maxBucketSeries: 10 });
+    const aggregatorMetrics = createMetrics({ component: 'aggregator', id: 'agg', processMetrics: false });
+    addAggregatorMetrics(aggregatorMetrics, aggregator, { maxBucketSeries: 10 });
+    for (const [metrics, prefix] of [
+      [controllerMetrics, 'spillway_controller'],
+      [aggregatorMetrics, 'spillway_aggregator'],
+    ] as const) {
+      const text = await metrics.registry.metrics();
+      const offered = text.split('\n').filter((l) => l.startsWith(`${prefix}_offered_rps{`));
+      assert.equal(offered.length, 10, prefix);
+      for (const line of offered) assert.ok(Number(/c(\d+)"/.exec(line)![1]) >= 20, line);
+      assert.match(text, new RegExp(`^${prefix}_bucket_series_omitted 20$`, 'm'));
+    }
+    assert.match(await controllerMetrics.registry.metrics(), /^spillway_controller_buckets 30$/m);
+  });
+});
