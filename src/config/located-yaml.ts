@@ -1,4 +1,14 @@
-import { isAlias, isMap, isScalar, isSeq, LineCounter, type Node, parseDocument, visit } from 'yaml';
+import {
+  isAlias,
+  isMap,
+  isScalar,
+  isSeq,
+  LineCounter,
+  type Node,
+  parseDocument,
+  type Scalar,
+  visit,
+} from 'yaml';
 import type { z } from 'zod';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 
@@ -47,6 +57,7 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
   }
   let unresolved: Node | undefined;
   let nonStringKey: { node: unknown; offset: number } | undefined;
+  let duplicateKey: { name: string; offset: number } | undefined;
   visit(doc, {
     Alias(_key, node) {
       if (!node.resolve(doc)) {
@@ -56,17 +67,36 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
       return undefined;
     },
     Pair(_key, pair) {
-      // Every map in a Spillway file is keyed by names. An unquoted `007:` or `1e3:` is a number,
-      // which would become the key "7" or "1000" (and `42:` and `"42":` one key, silently).
+      // Every map in a Spillway file is keyed by names. A key YAML reads as something else would
+      // be renamed on the way: `007:` and `1e3:` are the numbers 7 and 1000, so keys "7" and
+      // "1000". Accepted: strings, and whole numbers written as they print (`42:`, a tenant id).
       const key = pair.key;
-      if (!isScalar(key) || typeof key.value !== 'string') {
+      if (!isScalar(key) || !(typeof key.value === 'string' || isPlainInteger(key))) {
         const offset = isScalar(key) || isMap(key) || isSeq(key) ? (key.range?.[0] ?? 0) : 0;
         nonStringKey = { node: key, offset };
         return visit.BREAK;
       }
       return undefined;
     },
+    Map(_key, map) {
+      // `42:` and `"42":` are two keys to YAML but one name: refused as a duplicate, as two `42:` are.
+      const seen = new Set<string>();
+      for (const pair of map.items) {
+        if (!isScalar(pair.key)) continue;
+        const name = String(pair.key.value);
+        if (seen.has(name)) {
+          duplicateKey = { name, offset: pair.key.range?.[0] ?? 0 };
+          return visit.BREAK;
+        }
+        seen.add(name);
+      }
+      return undefined;
+    },
   });
+  if (duplicateKey !== undefined) {
+    const { line, col } = lineCounter.linePos(duplicateKey.offset);
+    throw locatedError(fileName, line, col, undefined, `YAML error: key ${duplicateKey.name} is given twice`);
+  }
   if (nonStringKey !== undefined) {
     const { line, col } = lineCounter.linePos(nonStringKey.offset);
     const shown = isScalar(nonStringKey.node)
@@ -279,4 +309,9 @@ function locate(root: Node | null, path: (string | number)[], atKey: boolean): n
     offset = node.range?.[0] ?? offset;
   }
   return offset;
+}
+
+/** A whole number written exactly as it prints (`42`, not `042`, `4.2e1` or `0x2a`): its name is its text. */
+function isPlainInteger(key: Scalar): boolean {
+  return typeof key.value === 'number' && Number.isSafeInteger(key.value) && key.source === String(key.value);
 }

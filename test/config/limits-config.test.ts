@@ -96,6 +96,8 @@ const failures: [file: string, message: string][] = [
     'numeric-override-key.yaml',
     'numeric-override-key.yaml:6:7: YAML error: key 007 is not a string; quote it ("007") if it is a name',
   ],
+  // 42 and "42" are one name: the second would silently replace the first.
+  ['numeric-key-twice.yaml', 'numeric-key-twice.yaml:7:7: YAML error: key 42 is given twice'],
   // YAML 1.1 would read 16:40 as 1000 (base 60). `.txt` for biome, as above.
   [
     'yaml-1.1.yaml.txt',
@@ -136,6 +138,14 @@ describe('limits config', () => {
       assert.ok(isSpillwayError(error));
       assert.deepEqual(error.details, { file: 'x.yaml', line: 5, column: 11, path: 'buckets[0].mode' });
     }
+  });
+
+  it('takes a whole number written as it prints as an override key (a tenant id): its text is its name', () => {
+    const config = parseLimitsConfig(
+      'version: 1\nbuckets:\n  - template: "tenant:*"\n    limitRps: 10\n    overrides:\n      42: 500\n      -3: 5\n',
+      'l.yaml',
+    );
+    assert.deepEqual(config.buckets[0]!.overrides, { '42': 500, '-3': 5 });
   });
 
   it('parses a valid file and fills defaults', () => {
