@@ -194,6 +194,10 @@ export function run(argv: string[]): Promise<number> {
       handler: instrumentReportHandler(aggregator.handleReport, metrics),
       authToken: childToken,
       ...(serverTls ? { tls: serverTls } : {}),
+      onRefused: ({ result, code }) => {
+        metrics.countReportRefused(result);
+        if (code !== undefined) aggregator.countRefusal(code);
+      },
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
     });
     const opsServer = await startOpsServer({

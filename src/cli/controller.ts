@@ -262,6 +262,10 @@ export function run(argv: string[]): Promise<number> {
       authToken,
       zoneTokens,
       ...(tls ? { tls } : {}),
+      onRefused: ({ result, code }) => {
+        metrics.countReportRefused(result);
+        if (code !== undefined) controller.countRefusal(code);
+      },
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
     });
     const opsServer = await startOpsServer({

@@ -182,6 +182,11 @@ export interface AggregatorSnapshot {
 export interface Aggregator {
   /** Accepts one report, replies with the cached directives for its buckets. Never waits on a parent. */
   handleReport: ReportHandler;
+  /**
+   * Counts a report its transport refused before `handleReport` saw it (undecodable, over the
+   * transport's bounds) with the ones `handleReport` refuses, in `counters.rejectedReports`.
+   */
+  countRefusal(code: string): void;
   start(): void;
   /** Stops the timer and waits for an in-flight forward to settle. */
   stop(): Promise<void>;
@@ -960,6 +965,9 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
 
   return {
     handleReport,
+    countRefusal(code) {
+      counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
+    },
     start() {
       if (running) return;
       running = true;

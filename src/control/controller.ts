@@ -143,6 +143,11 @@ export interface ControllerSnapshot {
 export interface Controller {
   /** Accepts one report, replies with directives for its buckets. Throws SpillwayError to refuse it. */
   handleReport: ReportHandler;
+  /**
+   * Counts a report its transport refused before `handleReport` saw it (undecodable, over the
+   * transport's bounds) with the ones `handleReport` refuses, in `counters.rejectedReports`.
+   */
+  countRefusal(code: string): void;
   /** Recompute ratios every `config.intervalMs` on the scheduler. */
   start(): void;
   stop(): void;
@@ -824,6 +829,9 @@ export function createController(options: ControllerOptions): Controller {
 
   return {
     handleReport,
+    countRefusal(code) {
+      counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
+    },
     start() {
       if (running) return;
       running = true;

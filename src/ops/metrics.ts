@@ -15,7 +15,7 @@ export type Component = 'host' | 'proxy' | 'aggregator' | 'controller';
 /** Outcome of a report sent to a parent tier. */
 export type SentReportResult = 'ok' | 'timeout' | 'unavailable' | 'refused' | 'error';
 /** Outcome of a report received from a child tier. */
-export type ReceivedReportResult = 'ok' | 'invalid' | 'error';
+export type ReceivedReportResult = 'ok' | 'invalid' | 'unauthenticated' | 'error';
 
 export interface MetricsOptions {
   component: Component;
@@ -43,6 +43,8 @@ export interface SpillwayMetrics {
   readonly id: string;
   observeReportSent(parent: string, result: SentReportResult, durationSeconds: number): void;
   observeReportReceived(result: ReceivedReportResult, durationSeconds: number): void;
+  /** A report its transport refused before any handling (undecodable, over bounds, no token). */
+  countReportRefused(result: 'invalid' | 'unauthenticated'): void;
   /** A connection to a parent was replaced after reports timed out in a row. */
   countReconnect(parent: string): void;
   /**
@@ -100,7 +102,7 @@ export function createMetrics(options: MetricsOptions): SpillwayMetrics {
   });
   const reportsReceived = new Counter({
     name: 'spillway_reports_received_total',
-    help: 'Reports received from child tiers, by result (ok, invalid, error).',
+    help: 'Reports received from child tiers, by result (ok, invalid, unauthenticated, error).',
     labelNames: ['result'],
     registers: [registry],
   });
@@ -125,6 +127,9 @@ export function createMetrics(options: MetricsOptions): SpillwayMetrics {
     observeReportReceived(result, durationSeconds) {
       reportsReceived.inc({ result });
       reportHandleDuration.observe(durationSeconds);
+    },
+    countReportRefused(result) {
+      reportsReceived.inc({ result });
     },
     addSnapshotMetrics(takeSnapshot, definitions) {
       let cached: { snapshot: ReturnType<typeof takeSnapshot> } | undefined;

@@ -367,10 +367,13 @@ function toSpillwayError(target: string, error: unknown): SpillwayError {
   const grpcStatus = status[code] ?? 'UNKNOWN';
   const remoteMessage = grpcError.details ?? grpcError.message ?? String(error);
   const details: Record<string, unknown> = { target, grpcStatus, remoteMessage };
-  if (REFUSALS.has(code)) {
+  // The server leads its message with the Spillway code (grpc-control-server.ts).
+  const remoteCode = /^(ERR_SPILLWAY_[A-Z_]+):/.exec(remoteMessage)?.[1];
+  // RESOURCE_EXHAUSTED is also grpc-js's own, on either side, for a message over the size bound (a
+  // reply too large to receive may follow a report the parent applied): a refusal only when the
+  // parent named its reason.
+  if (REFUSALS.has(code) && (code !== status.RESOURCE_EXHAUSTED || remoteCode !== undefined)) {
     details.refused = true;
-    // The server leads its message with the Spillway code (grpc-control-server.ts).
-    const remoteCode = /^(ERR_SPILLWAY_[A-Z_]+):/.exec(remoteMessage)?.[1];
     if (remoteCode !== undefined) details.remoteCode = remoteCode;
   }
   if (code === status.DEADLINE_EXCEEDED) {

@@ -54,6 +54,15 @@ export interface GrpcControlServerOptions {
   tls?: GrpcServerTlsOptions;
   /** How long `close()` waits for in-flight calls before cutting connections, default 2000 ms. */
   shutdownGraceMs?: number;
+  /**
+   * Called for each report refused before the handler ran: `invalid` (undecodable, or more than
+   * `maxBucketsPerReport` buckets; `code` is ERR_SPILLWAY_INVALID_REPORT) or `unauthenticated`, so a
+   * receiver counts them with the reports its handler refuses.
+   */
+  onRefused?: (
+    refusal: { result: 'invalid' | 'unauthenticated'; code?: string },
+    context: { peer: string },
+  ) => void;
   /** Called for failures the caller should log: handler errors answered with INTERNAL. */
   onError?: (error: unknown, context: { peer: string }) => void;
 }
@@ -107,11 +116,13 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
         ? authenticate(readReportAuthToken(call.request))
         : authenticate('');
       if (authenticated === undefined) {
+        options.onRefused?.({ result: 'unauthenticated' }, { peer });
         callback(statusError(status.UNAUTHENTICATED, 'report refused: missing or wrong auth_token'));
         return;
       }
       request = decodeReportRequest(call.request, maxBucketsPerReport);
     } catch (error) {
+      options.onRefused?.({ result: 'invalid', code: ErrorCode.InvalidReport }, { peer });
       callback(
         statusError(
           status.INVALID_ARGUMENT,

@@ -215,6 +215,10 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
       // A response over the client's bound is refused too: a one-bucket report answered with 200 directives.
       const responseSide = await rejection(smallClient.report(reportOf(1, 'fanout'), { timeoutMs: 5_000 }));
       assert.equal(responseSide.details?.grpcStatus, 'RESOURCE_EXHAUSTED');
+      // grpc-js's own size refusals name no Spillway code: the parent may have applied the report,
+      // so they are not counted as the parent saying no.
+      assert.equal(responseSide.details?.refused, undefined);
+      assert.equal(serverSide.details?.refused, undefined);
 
       const ok = await client.report(reportOf(10), { timeoutMs: 5_000 });
       assert.equal(ok.directives.length, 10);
@@ -248,12 +252,17 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
 
     it("reads a report's token before decoding it, and decodes at most maxBucketsPerReport buckets", async () => {
       let handled = 0;
+      const refused: string[] = [];
       const server = await serve(
         (request, context) => {
           handled++;
           return echoHandler(request, context);
         },
-        { authToken: 's3cret', maxBucketsPerReport: 100 },
+        {
+          authToken: 's3cret',
+          maxBucketsPerReport: 100,
+          onRefused: ({ result, code }) => refused.push(`${result}:${code ?? ''}`),
+        },
       );
       const token = (text: string) => [0x52, text.length, ...Buffer.from(text)];
       // Field 8 entries: an empty bucket (0x42 0x00), and one whose inside is not a BucketUsage.
@@ -287,6 +296,12 @@ for (const variant of CONTROL_CLIENT_VARIANTS)
         raw.close();
       }
       assert.equal(handled, 0);
+      // Each refusal reaches the receiver's counters, as one its handler makes would.
+      assert.deepEqual(refused, [
+        'unauthenticated:',
+        'invalid:ERR_SPILLWAY_INVALID_REPORT',
+        'invalid:ERR_SPILLWAY_INVALID_REPORT',
+      ]);
     });
 
     it('refuses an empty shared token: it would let every tokenless report in', async () => {
