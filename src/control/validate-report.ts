@@ -1,6 +1,7 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
+import { hostsSpokenFor } from './hosts-spoken-for.js';
 
 /** Bounds a receiver enforces on every report before it touches any state. */
 export interface ReportLimits {
@@ -46,7 +47,9 @@ export function validateReport(request: ReportRequest, limits: ReportLimits = {}
   const maxWindowMs = limits.maxWindowMs ?? DEFAULT_MAX_WINDOW_MS;
   const epsilon = limits.epsilon ?? 1e-6;
   // Per host the report speaks for: an aggregator's sum of honest hosts stays under it.
-  const maxRatePerSec = (limits.maxRatePerSec ?? DEFAULT_MAX_RATE_PER_SEC) * Math.max(1, request.hostCount);
+  // (`hostsSpokenFor`: a host's own claim of many hosts is not believed).
+  const maxRatePerSec =
+    (limits.maxRatePerSec ?? DEFAULT_MAX_RATE_PER_SEC) * Math.max(1, hostsSpokenFor(request));
 
   const id = request.reporterId;
   if (typeof id !== 'string' || id.length === 0) fail('reporterId', 'reporterId must be non-empty');

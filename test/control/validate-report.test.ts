@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import { validateReport } from '../../src/control/validate-report.js';
 import { isSpillwayError } from '../../src/core/errors.js';
-import type { ReportRequest } from '../../src/gen/spillway/v1/control_pb.js';
+import { type ReportRequest, Tier } from '../../src/gen/spillway/v1/control_pb.js';
 import { hostReport } from './report-fixtures.js';
 
 function rejects(request: ReportRequest, field: string, message: RegExp, limits = {}): void {
@@ -178,10 +178,24 @@ describe('validateReport', () => {
       id: 'agg',
       sequence: 1,
       endMs: 10_000,
+      tier: Tier.AGGREGATOR,
       hostCount: 3,
       buckets: [{ bucket: 'a', offered: 12 }],
     });
     validateReport(zone, { maxRatePerSec: 5 });
+    // A host's own claim to speak for three is not believed (hostsSpokenFor).
+    rejects(
+      hostReport({
+        id: 'h',
+        sequence: 1,
+        endMs: 10_000,
+        hostCount: 3,
+        buckets: [{ bucket: 'a', offered: 12 }],
+      }),
+      'offered',
+      /over 5 per second/,
+      { maxRatePerSec: 5 },
+    );
   });
 
   it('names the offending bucket in details', () => {

@@ -93,6 +93,10 @@ describe('auto tuner', () => {
     assert.equal(corrected.outcome, 'skipped');
     assert.equal(limitOf(path, 'auto'), 1440);
     assert.match(warnings.join('\n'), /dated after today/);
+    // A marker years ahead is a bad reading, not a step taken: ignored, with a warning.
+    store.setMarker(AUTO_TUNE_MARKER, TODAY_MS + 4000 * DAY_MS);
+    assert.equal((await tunerAt(new ManualClock(NOW_MS + 2 * DAY_MS)).runIfDue()).outcome, 'applied');
+    assert.match(warnings.join('\n'), /more than a day ahead/);
   });
 
   it('the timer checks every checkEveryMs; a failure is logged and retried, never thrown', async () => {

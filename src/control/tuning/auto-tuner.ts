@@ -2,7 +2,7 @@ import { loadLimitsConfig } from '../../config/limits-config.js';
 import { type Cancellable, type Scheduler, systemScheduler } from '../../core/clock.js';
 import type { ControlLogger } from '../control-logger.js';
 import { silentLogger } from '../control-logger.js';
-import { dayStartOf, type HistoryStore, utcDate } from './history-store.js';
+import { DAY_MS, dayStartOf, type HistoryStore, utcDate } from './history-store.js';
 import type { LimitChange } from './limits-file-writer.js';
 import { writeLimitsFile } from './limits-file-writer.js';
 import { type ProposeLimitsOptions, proposeLimits, type TuningProposal } from './propose-limits.js';
@@ -40,13 +40,16 @@ export interface AutoTuner {
 export const AUTO_TUNE_MARKER = 'autoTune.lastRunDayStartMs';
 
 /**
- * Whether today's step has been taken: the marker is today, or a later day. A later day means a
- * clock ran ahead when the step was taken; taking another now would make two steps in one real day,
- * so tuning waits until that day (`spillway tune --apply --force` takes a step now and resets it).
+ * Whether today's step has been taken: the marker is today, or tomorrow. Tomorrow means a clock ran
+ * a day ahead when the step was taken; taking another now would make two steps in one real day, so
+ * tuning waits a day (`spillway tune --apply --force` takes a step now and resets it). A marker
+ * further ahead is ignored (and overwritten by the next step).
  */
 export function stepTakenToday(store: HistoryStore, todayMs: number): boolean {
   const marker = store.getMarker(AUTO_TUNE_MARKER);
-  return marker !== undefined && marker >= todayMs;
+  // More than a day ahead is no clock drift but bad data (an RTC reading 2038): counted, it would
+  // stop tuning until that date. Ignored, it costs at most one extra step.
+  return marker !== undefined && marker >= todayMs && marker <= todayMs + DAY_MS;
 }
 
 /**
@@ -97,12 +100,20 @@ export function createAutoTuner(options: AutoTunerOptions): AutoTuner {
       if (stepTakenToday(options.store, todayMs)) {
         const marker = options.store.getMarker(AUTO_TUNE_MARKER)!;
         if (marker > todayMs) {
+          // Tomorrow's, by stepTakenToday.
           logger.warn(
             { lastRun: utcDate(marker), today: utcDate(todayMs) },
             'tuning: the last automatic run is dated after today (a clock ran ahead); no step until that day passes (spillway tune --apply --force takes one now)',
           );
         }
         return { outcome: 'skipped', proposals, changes: [] };
+      }
+      const marker = options.store.getMarker(AUTO_TUNE_MARKER);
+      if (marker !== undefined && marker > todayMs + DAY_MS) {
+        logger.warn(
+          { lastRun: utcDate(marker), today: utcDate(todayMs) },
+          'tuning: the last automatic run is dated more than a day ahead; ignored as a bad clock reading',
+        );
       }
       const config = await loadLimitsConfig(options.configPath);
       proposals = proposeLimits(options.store, config, nowMs, options.propose);
