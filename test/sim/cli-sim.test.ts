@@ -91,5 +91,7 @@ describe('spillway sim', () => {
     const bad = await capture(['--scenario', file, '--no-files']);
     assert.equal(bad.code, 2);
     assert.match(bad.err, /ERR_SPILLWAY_INVALID_CONFIG/);
+    assert.ok(bad.err.includes(file), bad.err);
+    assert.match(bad.err, /name/);
   });
 });
