@@ -28,6 +28,7 @@ import type { ControlClient } from '../src/transport/control-transport.js';
 import { decodeReportRequest, encodeReportResponse } from '../src/transport/report-codec.js';
 import { runClosedLoop, standardScenarios } from '../test/control/closed-loop-harness.js';
 import { median } from './paired-stats.js';
+import { reproduce } from './provenance.js';
 
 const REPORTS = Number(process.env.BENCH_REPORTS ?? 20_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -342,7 +343,7 @@ const markdown = `# Control plane: aggregator ingestion, controller tick, ratio 
 
 ${machine.date} · Node ${machine.node} (V8 ${machine.v8}) · ${machine.os} · ${machine.cpu} · load average ${fmt(loadBefore[0]!, 2)} → ${fmt(loadAfter[0]!, 2)}
 
-Reproduce: \`node --import tsx --expose-gc bench/control.bench.ts\`
+Reproduce: \`${reproduce('node --import tsx --expose-gc bench/control.bench.ts')}\`
 (${ROUNDS} rounds of ${REPORTS.toLocaleString('en-US')} reports after warmup, a quarter of that on the protobuf-es codec paths; ${TICKS} ticks after 3 warmup ticks;
 closed loop: ${SEEDS} seeds per scenario and policy).
 

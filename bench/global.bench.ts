@@ -24,6 +24,7 @@ import {
 import { createGlobalLimiter, type GlobalLimiter } from '../src/global/index.js';
 import { InMemoryNetwork } from '../src/transport/in-memory-network.js';
 import { createDecisionHarness, type DecisionCaseResult } from './decision-harness.js';
+import { reproduce } from './provenance.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -332,7 +333,7 @@ ${startedAt.toISOString()} · Node ${host.node} (V8 ${host.v8}) · ${host.os} ·
   host.loadAverage1mBefore,
 )} → ${fmt(host.loadAverage1mAfter)}
 
-Reproduce: \`${command}\`
+Reproduce: \`${reproduce(command)}\`
 (median of ${ROUNDS} rounds of ${CALLS.toLocaleString('en-US')} calls after warmup; RateLimiterMemory:
 ${RLM_ROUNDS} rounds of ${RLM_CALLS.toLocaleString('en-US')} calls; rate-limiter-flexible ${host.rateLimiterFlexible}).
 

@@ -14,6 +14,7 @@ import { createKeyedGcra } from '../src/local/keyed-gcra.js';
 import { createKeyedTokenBucket } from '../src/local/keyed-token-bucket.js';
 import { createTokenBucket } from '../src/local/token-bucket.js';
 import { createDecisionHarness, type DecisionCaseResult } from './decision-harness.js';
+import { reproduce } from './provenance.js';
 
 const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
@@ -256,7 +257,7 @@ ${startedAt.toISOString()} · Node ${host.node} (V8 ${host.v8}) · ${host.os} ·
   host.loadAverage1mBefore,
 )} → ${fmt(host.loadAverage1mAfter)}
 
-Reproduce: \`${command}\`
+Reproduce: \`${reproduce(command)}\`
 (median of ${ROUNDS} rounds of ${CALLS.toLocaleString('en-US')} calls after warmup; RateLimiterMemory:
 ${RLM_ROUNDS} rounds of ${RLM_CALLS.toLocaleString('en-US')} calls; rate-limiter-flexible ${host.rateLimiterFlexible}).
 

@@ -1,4 +1,7 @@
 import { spawnSync } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+
+const REPO_ROOT = fileURLToPath(new URL('..', import.meta.url));
 
 /**
  * What a results file needs beside its command to be reproduced: the commit the code came from
@@ -6,7 +9,7 @@ import { spawnSync } from 'node:child_process';
  */
 
 /** `abc1234`, with `+ uncommitted changes` when the tree differs from it; `unknown` outside git. */
-export function sourceCommit(cwd: string): string {
+export function sourceCommit(cwd: string = REPO_ROOT): string {
   const head = spawnSync('git', ['rev-parse', '--short', 'HEAD'], { cwd, encoding: 'utf8' });
   if (head.status !== 0) return 'unknown';
   // Results files the run is writing do not make the code differ.
@@ -25,4 +28,12 @@ export function benchEnv(): string {
     .sort(([a], [b]) => a.localeCompare(b))
     .map(([name, value]) => `${name}=${value} `)
     .join('');
+}
+
+/** `git checkout <commit> && BENCH_…=… <command>`: what a results file's Reproduce line shows. */
+export function reproduce(command: string): string {
+  const commit = sourceCommit();
+  const checkout = commit === 'unknown' ? '' : `git checkout ${commit.split(' ')[0]} && `;
+  const note = commit.endsWith('uncommitted changes') ? ' (run on uncommitted changes)' : '';
+  return `${checkout}${benchEnv()}${command}${note}`;
 }

@@ -34,6 +34,7 @@ import type { LuaScript } from '../src/redis/lua-script.js';
 import { createRedisLimiter } from '../src/redis/redis-limiter.js';
 import { startRedis } from '../test/helpers/redis-server.js';
 import { median } from './paired-stats.js';
+import { reproduce } from './provenance.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const LATENCY_CALLS = Number(process.env.BENCH_LATENCY_CALLS ?? 20_000);
@@ -457,7 +458,7 @@ async function main(): Promise<void> {
       '',
       `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu} · load average ${n(meta.loadAverage1m, 1)} at the end`,
       '',
-      `Reproduce: \`${COMMAND}\` (${ROUNDS} rounds after warmup, contenders round-robin, medians over rounds).`,
+      `Reproduce: \`${reproduce(COMMAND)}\` (${ROUNDS} rounds after warmup, contenders round-robin, medians over rounds).`,
       'One private redis-server on loopback, no persistence; each contender has its own ioredis',
       'connection with the same options (docs/redis-operations.md). Spillway limiters use their defaults',
       `(timeoutMs 100, fail-open); RateLimiterRedis its defaults (points = limit, duration ${WINDOW_SEC} s),`,

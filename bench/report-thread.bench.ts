@@ -23,6 +23,7 @@ import type { ControlClient } from '../src/transport/control-transport.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { startGrpcControlServer } from '../src/transport/grpc-control-server.js';
 import { createWorkerControlClient } from '../src/transport/worker-control-client.js';
+import { reproduce } from './provenance.js';
 
 const REPORTS = Number(process.env.BENCH_REPORTS ?? 60);
 const INTERVAL_MS = 1000;
@@ -233,7 +234,8 @@ async function main(): Promise<void> {
     platform: `${os.type()} ${os.release()} ${os.arch()}`,
     cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
     loadAverage: { atStart: loadAtStart, atEnd: os.loadavg() },
-    command: `${process.env.BENCH_REPORTS ? `BENCH_REPORTS=${REPORTS} ` : ''}node --import tsx --expose-gc bench/report-thread.bench.ts`,
+    // BENCH_* settings are added by reproduce() in the Reproduce line.
+    command: 'node --import tsx --expose-gc bench/report-thread.bench.ts',
     reportsPerCase: REPORTS,
     intervalMs: INTERVAL_MS,
     workerThread: cost ?? 'not measured: dist/ not built (npm run build)',
@@ -250,7 +252,7 @@ async function main(): Promise<void> {
     '',
     `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu} · load average ${load(meta.loadAverage.atStart)} at the start, ${load(meta.loadAverage.atEnd)} at the end`,
     '',
-    `Reproduce: \`${meta.command}\` (${REPORTS} reports per case, each case once a second, cases taking turns).`,
+    `Reproduce: \`${reproduce(meta.command)}\` (${REPORTS} reports per case, each case once a second, cases taking turns).`,
     '',
     "A data-plane host reports its counts about once a second. The report's work on the thread that",
     'serves requests is a stall that every request arriving meanwhile waits behind: it lands in the',

@@ -22,6 +22,7 @@ import type { ReportHandler } from '../src/transport/control-transport.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { startGrpcControlServer } from '../src/transport/grpc-control-server.js';
 import { median } from './paired-stats.js';
+import { reproduce } from './provenance.js';
 
 const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
 const ROUND_MS = Number(process.env.BENCH_ROUND_MS ?? 2000);
@@ -218,7 +219,7 @@ async function main(): Promise<void> {
     '',
     `${meta.date} · Node ${meta.node} · ${meta.platform} · ${meta.cpu} · 1-min load average ${fmt(loadAtStart, 1)} at start, ${fmt(meta.loadAverage1m.atEnd, 1)} at end`,
     '',
-    `Reproduce: \`${meta.command}\` (${ROUNDS} rounds of ${ROUND_MS} ms after ${WARMUP_MS} ms warmup per case, medians).`,
+    `Reproduce: \`${reproduce(meta.command)}\` (${ROUNDS} rounds of ${ROUND_MS} ms after ${WARMUP_MS} ms warmup per case, medians).`,
     `Each call sends a ${BUCKETS}-bucket ReportRequest and receives ${BUCKETS} directives. Client and server run in`,
     'the same process, so a figure is the combined CPU cost of both sides. Libraries: @grpc/grpc-js 1.14.7,',
     '@connectrpc/connect-node 2.1.2 (gRPC protocol, HTTP/2), @bufbuild/protobuf 2.12.0 on both.',
