@@ -13,6 +13,8 @@ const state = {
   view: undefined,
   /** Controller version of the newest point held; older or equal events are not appended twice. */
   lastVersion: -1,
+  /** Epoch of the controller the points came from: a restarted controller counts versions anew. */
+  epoch: undefined,
   events: 0,
   /** Bucket key -> { t, offered, admitted, limit, dropRatio, wouldDrop } (aligned arrays). */
   series: new Map(),
@@ -99,6 +101,13 @@ function seedHistory(history) {
 function applyView(view, { record }) {
   state.view = view;
   state.events++;
+  if (state.epoch !== undefined && view.controller.epoch !== state.epoch) {
+    // A new controller (restart, failover): its versions start again from 0, so the old points
+    // would hide every new one behind `lastVersion`; they belong to a history that ended.
+    state.series.clear();
+    state.lastVersion = -1;
+  }
+  state.epoch = view.controller.epoch;
   if (record && view.controller.version > state.lastVersion) {
     state.lastVersion = view.controller.version;
     const t = view.controller.nowMs / 1000;
@@ -111,6 +120,12 @@ function applyView(view, { record }) {
       s.dropRatio.push(b.dropRatio);
       s.wouldDrop.push(b.wouldDropRps);
       trim(s);
+    }
+    // Keys churn (a template keyed by a client value): keep the series of the buckets shown, and
+    // of no more than as many others, so the page's memory stays bounded over hours.
+    if (state.series.size > 2 * Math.max(view.buckets.length, 50)) {
+      const shown = new Set(view.buckets.map((b) => b.key));
+      for (const key of state.series.keys()) if (!shown.has(key)) state.series.delete(key);
     }
   }
   render(view);
@@ -303,7 +318,18 @@ function renderRules(view) {
               'data-rule': r.rule,
               disabled: !canAct,
               title: canAct ? '' : why,
-              onclick: () => act('/api/admin/limit', { rule: r.rule, limitRps: Number(limitInput.value) }),
+              onclick: () => {
+                // An empty field is not 0: Number('') is, and 0 blocks the bucket.
+                const text = limitInput.value.trim();
+                const limitRps = Number(text);
+                if (text === '' || !Number.isFinite(limitRps) || limitRps < 0) {
+                  showAction('error', `${r.rule}: enter a limit (a number, 0 or more) first`);
+                  return;
+                }
+                if (limitRps === 0 && !confirm(`A limit of 0 drops every request of ${r.rule}. Set it?`))
+                  return;
+                act('/api/admin/limit', { rule: r.rule, limitRps });
+              },
             }),
             r.override
               ? el('button', {
@@ -497,6 +523,17 @@ function renderTuning() {
   );
 }
 
+async function reseedHistory() {
+  try {
+    const history = await (await fetch('/api/history')).json();
+    state.series.clear();
+    state.lastVersion = -1;
+    seedHistory(history);
+  } catch {
+    // The next tick appends as usual; the gap stays.
+  }
+}
+
 // ---- start ----
 
 function takeTokenFromFragment() {
@@ -510,7 +547,13 @@ function takeTokenFromFragment() {
 
 function connect() {
   const source = new EventSource('/api/stream');
-  source.addEventListener('open', () => setConnection('ok', 'live'));
+  let opened = false;
+  source.addEventListener('open', () => {
+    setConnection('ok', 'live');
+    // After a reconnect, ticks sent while the stream was down are in the history: read it again.
+    if (opened) void reseedHistory();
+    opened = true;
+  });
   // `snapshot` once on connect (the view now), then `tick` after every controller tick.
   source.addEventListener('snapshot', (event) => {
     setConnection('ok', 'live');

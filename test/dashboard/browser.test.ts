@@ -85,6 +85,12 @@ describe('dashboard in headless Chromium', {
     return readings.reduce((n, r) => n + (r.get(seriesKey('spillway_dropped_total', { bucket })) ?? 0), 0);
   };
 
+  /** The rule `rule` as the controller's snapshot has it now. */
+  const ruleNow = async (rule: string) => {
+    const view = (await (await fetch(`${base}api/snapshot`)).json()) as DashboardView;
+    return view.rules.find((r) => r.rule === rule)!;
+  };
+
   before(async () => {
     dir = mkdtempSync(join(tmpdir(), 'spillway-browser-'));
     profileDir = mkdtempSync(join(tmpdir(), 'spillway-chromium-profile-'));
@@ -269,5 +275,14 @@ describe('dashboard in headless Chromium', {
     mkdirSync(join(REPO_ROOT, 'test-artifacts'), { recursive: true });
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
     assert.deepEqual(pageErrors, [], 'no errors in the page');
+  });
+
+  it('"Set limit" with an empty field sends nothing (it once sent 0, which blocks the bucket)', async () => {
+    const limitBefore = (await ruleNow(SHADOW)).limitRps;
+    const row = page.locator(`tr[data-rule="${SHADOW}"]`);
+    await row.locator('input').fill('');
+    await row.locator('button[data-action="limit"]').click();
+    await page.locator('#action-status', { hasText: 'enter a limit' }).waitFor({ timeout: 10_000 });
+    assert.equal((await ruleNow(SHADOW)).limitRps, limitBefore);
   });
 });

@@ -299,26 +299,44 @@ describe('admin token check', () => {
 });
 
 describe('bucket history', () => {
+  const view = (version: number, keys: string[]) =>
+    ({
+      controller: { version, nowMs: version * 1000 },
+      buckets: keys.map((key) => ({
+        key,
+        offeredRps: version,
+        admittedRps: 0,
+        limitRps: 1,
+        dropRatio: 0,
+        wouldDropRps: 0,
+      })),
+    }) as unknown as DashboardView;
+
   it('is a ring of the last `capacity` views', () => {
     const history = createBucketHistory({ capacity: 2 });
-    const view = (version: number, keys: string[]) =>
-      ({
-        controller: { version, nowMs: version * 1000 },
-        buckets: keys.map((key) => ({
-          key,
-          offeredRps: version,
-          admittedRps: 0,
-          limitRps: 1,
-          dropRatio: 0,
-          wouldDropRps: 0,
-        })),
-      }) as unknown as DashboardView;
     history.add(view(1, ['x']));
     history.add(view(2, ['x', 'y']));
-    history.add(view(3, ['y']));
+    history.add(view(3, ['y', 'x']));
     const columns = history.columns();
     assert.deepEqual(columns.versions, [2, 3]);
-    assert.deepEqual(columns.buckets.x!.offeredRps, [2, null]);
+    assert.deepEqual(columns.buckets.x!.offeredRps, [2, 3]);
     assert.deepEqual(columns.buckets.y!.offeredRps, [2, 3]);
+  });
+
+  it("answers the newest tick's buckets only: churning keys cannot grow a response", () => {
+    const history = createBucketHistory({ capacity: 300 });
+    // Every tick 100 new keys (a template keyed by a client value): 30,000 keys over the ring.
+    for (let tick = 1; tick <= 300; tick++) {
+      history.add(
+        view(
+          tick,
+          Array.from({ length: 100 }, (_, i) => `api:caller=t${tick}-${i}`),
+        ),
+      );
+    }
+    const columns = history.columns();
+    assert.equal(Object.keys(columns.buckets).length, 100);
+    assert.ok(Object.keys(columns.buckets).every((key) => key.startsWith('api:caller=t300-')));
+    assert.equal(columns.buckets['api:caller=t300-0']!.offeredRps.length, 300);
   });
 });
