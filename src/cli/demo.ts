@@ -18,6 +18,9 @@ import { createDemoProcessGroup, type DemoChild } from './demo-processes.js';
 import { formatDemoSummary } from './demo-summary.js';
 import { runDemoWorker } from './demo-worker.js';
 
+/** The longest a Node timer waits (2^31 - 1 ms); a longer delay fires at once. */
+const MAX_TIMER_S = Math.floor((2 ** 31 - 1) / 1000);
+
 export const spec: CommandSpec = {
   name: 'demo',
   summary:
@@ -91,10 +94,11 @@ interface DataPlane {
 }
 
 async function runDemo(values: FlagValues): Promise<number> {
-  const durationS = numberFlag(values, 'duration', 0, { min: 0 });
+  // At most what one timer can wait (24.8 days): past it, a timer fires at once.
+  const durationS = numberFlag(values, 'duration', 0, { min: 0, max: MAX_TIMER_S });
   const processCount = numberFlag(values, 'hosts', 4, { min: 1, integer: true });
   const scale = numberFlag(values, 'scale', 1, { min: 0.01 });
-  const summaryEveryS = numberFlag(values, 'summary-every', 2, { min: 0.5 });
+  const summaryEveryS = numberFlag(values, 'summary-every', 2, { min: 0.5, max: MAX_TIMER_S });
   const dataPlaneKind = stringFlag(values, 'data-plane') ?? 'proxy';
   if (dataPlaneKind !== 'proxy' && dataPlaneKind !== 'host') {
     throw usageError(`--data-plane must be proxy or host, got '${dataPlaneKind}'`, { flag: 'data-plane' });
@@ -115,16 +119,33 @@ async function runDemo(values: FlagValues): Promise<number> {
   // The first Ctrl-C (or SIGTERM, or the terminal closing) stops everything in order; another one
   // while stopping kills the children at once and exits, never leaving them behind.
   let signals = 0;
+  let firstSignalAtMs = 0;
   const stopSignal = new Promise<string>((resolve) => {
     for (const signal of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) {
       process.on(signal, () => {
-        if (++signals === 1) return resolve(signal);
+        if (++signals === 1) {
+          firstSignalAtMs = Date.now();
+          return resolve(signal);
+        }
+        // One Ctrl-C can arrive twice within moments (from the terminal and again from `npm`,
+        // which forwards it): only a later one means "now".
+        if (Date.now() - firstSignalAtMs < 1_000) return;
         group.killNow();
+        rmSync(dir, { recursive: true, force: true });
         process.exit(130);
       });
     }
   });
+  // Run by `npm start`, the demo's parent is npm's shell: a SIGTERM to npm kills that shell
+  // without passing the signal on, and the demo would run on as an orphan. Its parent gone, the
+  // demo stops as if signalled.
+  const parentPid = process.ppid;
+  const parentWatch = setInterval(() => {
+    if (process.ppid !== parentPid) process.emit('SIGTERM');
+  }, 500);
+  parentWatch.unref();
   let summaryTimer: NodeJS.Timeout | undefined;
+  let durationTimer: NodeJS.Timeout | undefined;
   let exitCode = 0;
 
   try {
@@ -276,7 +297,7 @@ async function runDemo(values: FlagValues): Promise<number> {
     const banner = [
       '',
       `Spillway demo: 1 controller, ${ZONES.length} zone aggregators, ${dataPlane.description}; each its own process on loopback.`,
-      `  dashboard    ${dashboardUrl}#token=${token}`,
+      `  dashboard    ${dashboardUrl}#token=${encodeURIComponent(token)}`,
       '               (the #token part fills in the admin token for the flip/limit buttons)',
       `  API          ${dashboardUrl}api/snapshot`,
       `  metrics      http://${String(controller.listening.ops)}/metrics (controller)`,
@@ -309,9 +330,9 @@ async function runDemo(values: FlagValues): Promise<number> {
       group.unexpectedExit.then((child) => ({ kind: 'crash' as const, child })),
       ...(durationS > 0
         ? [
-            new Promise<{ kind: 'duration' }>((resolve) =>
-              setTimeout(() => resolve({ kind: 'duration' }), durationS * 1000),
-            ),
+            new Promise<{ kind: 'duration' }>((resolve) => {
+              durationTimer = setTimeout(() => resolve({ kind: 'duration' }), durationS * 1000);
+            }),
           ]
         : []),
     ]);
@@ -325,6 +346,9 @@ async function runDemo(values: FlagValues): Promise<number> {
     return 1;
   } finally {
     clearInterval(summaryTimer);
+    // Stopped early (a signal, a crash): the duration's timer would hold the process until it ran out.
+    clearTimeout(durationTimer);
+    clearInterval(parentWatch);
     out.write(`\nspillway demo: stopping ${group.children.filter((c) => c.running).length} processes...\n`);
     await group.stopAll();
     rmSync(dir, { recursive: true, force: true });

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { type ChildProcess, spawn } from 'node:child_process';
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
@@ -145,8 +145,18 @@ describe('spillway demo', { timeout: 180_000 }, () => {
     });
   });
 
-  it('Ctrl-C (SIGINT) stops every process and exits 0 (hosts as the data plane)', async () => {
-    const run = runDemo(['--data-plane', 'host', '--hosts', '2', '--summary-every', '1']);
+  it('Ctrl-C (SIGINT) stops every process and exits 0, well before its --duration (hosts as the data plane)', async () => {
+    // --duration 600: the duration's timer once held the stopped demo until it ran out.
+    const run = runDemo([
+      '--data-plane',
+      'host',
+      '--hosts',
+      '2',
+      '--summary-every',
+      '1',
+      '--duration',
+      '600',
+    ]);
     await withKillOnFailure(run, async () => {
       await waitFor('a summary table', async () => (tables(run.stdout()).length > 0 ? true : undefined), {
         timeoutMs: 120_000,
@@ -158,9 +168,51 @@ describe('spillway demo', { timeout: 180_000 }, () => {
       );
       for (const [name, pid] of pids) assert.equal(alive(pid), true, `${name} runs`);
       run.child.kill('SIGINT');
-      assert.equal(await run.exited, 0);
+      const code = await Promise.race([
+        run.exited,
+        new Promise<string>((resolve) => setTimeout(() => resolve('still running after 60 s'), 60_000)),
+      ]);
+      assert.equal(code, 0);
       for (const [name, pid] of pids) assert.equal(alive(pid), false, `${name} (pid ${pid}) is gone`);
     });
+  });
+
+  it('a demo whose parent dies (npm start stopped with SIGTERM) stops itself and its children', async () => {
+    // `npm start` runs the demo under a shell that a SIGTERM kills without passing it on: the demo
+    // is left an orphan. Here the shell stays the parent (`; true`) and is killed outright.
+    const shell = spawn(
+      'sh',
+      [
+        '-c',
+        `"${process.execPath}" --import tsx src/cli/entry.ts demo --data-plane host --hosts 1 --summary-every 1; true`,
+      ],
+      { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } },
+    );
+    let stdout = '';
+    shell.stdout!.on('data', (chunk) => {
+      stdout += String(chunk);
+    });
+    try {
+      await waitFor('a summary table', async () => (tables(stdout).length > 0 ? true : undefined), {
+        timeoutMs: 120_000,
+      });
+      const pids = childPids(stdout);
+      const demoPid = Number(
+        execFileSync('pgrep', ['-P', String(shell.pid), '-f', 'entry.ts demo'], { encoding: 'utf8' }).trim(),
+      );
+      assert.ok(alive(demoPid), 'the demo runs');
+      shell.kill('SIGKILL');
+      await waitFor(
+        'the demo and every child gone',
+        async () => ([demoPid, ...pids.values()].every((pid) => !alive(pid)) ? true : undefined),
+        { timeoutMs: 30_000 },
+      );
+    } finally {
+      shell.kill('SIGKILL');
+      for (const pid of stdout.includes('  processes ') ? childPids(stdout).values() : []) {
+        if (alive(pid)) process.kill(pid, 'SIGKILL');
+      }
+    }
   });
 
   it('a demo killed outright (SIGKILL) leaves no process behind: each child stops itself', async () => {
