@@ -128,6 +128,11 @@ export function run(argv: string[]): Promise<number> {
         flag: 'admin-token',
       });
     }
+    // A client sends it as `Authorization: Bearer <token>`: a space or a non-ASCII character could
+    // never arrive as it is here, so every admin request would fail.
+    if (adminToken !== undefined && !/^[\x21-\x7e]+$/.test(adminToken)) {
+      throw usageError('the admin token must be printable ASCII without spaces', { flag: 'admin-token' });
+    }
     if (stringFlag(values, 'admin-token') !== undefined && !dashboardAddress) {
       throw usageError('--admin-token needs --dashboard (admin actions are served by the dashboard)', {
         flag: 'admin-token',

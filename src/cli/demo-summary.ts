@@ -11,7 +11,7 @@ export function formatDemoSummary(
 ) {
   const header = ['bucket', 'mode', 'offered/s', 'admitted/s', 'limit/s', 'ratio', 'would-drop/s'];
   const rows = view.buckets.map((b) => [
-    b.key,
+    printable(b.key),
     `${b.mode}${b.overridden ? '*' : ''}`,
     b.offeredRps.toFixed(1),
     b.admittedRps.toFixed(1),
@@ -33,4 +33,17 @@ export function formatDemoSummary(
     `${view.hostsTotal} data-plane processes report via ${aggregators} aggregators${late > 0 ? ` (${late} late)` : ''}` +
       (view.buckets.some((b) => b.overridden) ? '   * admin override in force' : ''),
   ].join('\n');
+}
+
+/**
+ * A bucket key as a terminal may show it: keys come from reports (from clients' headers, through a
+ * proxy) and may hold control characters, whose escape sequences would rewrite the terminal.
+ */
+function printable(key: string): string {
+  let out = '';
+  for (const char of key) {
+    const code = char.charCodeAt(0);
+    out += code < 0x20 || (code >= 0x7f && code <= 0x9f) ? `\\x${code.toString(16).padStart(2, '0')}` : char;
+  }
+  return out;
 }

@@ -98,7 +98,13 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   });
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    const path = new URL(request.url ?? '/', 'http://dashboard').pathname;
+    let path: string;
+    try {
+      path = new URL(request.url ?? '/', 'http://dashboard').pathname;
+    } catch {
+      // `GET http://[` and the like: the client's mistake, not the server's (a 500 logged an error).
+      throw new ApiError(400, ApiErrorCode.InvalidRequest, 'the request target is not a valid URL');
+    }
     const method = request.method ?? 'GET';
 
     const asset = assets.get(path === '/index.html' ? '/' : path);

@@ -127,6 +127,11 @@ describe('spillway subcommands: help and usage errors', () => {
         ],
         /--duration-s must be a number from 0 to 2147483/,
       ],
+      // A token no Authorization header could carry as it is: every admin request would get 401.
+      [
+        ['controller', '--config', 'x.yaml', '--admin-token', 'correct horse battery staple'],
+        /printable ASCII/,
+      ],
       // A controller's --tls-ca only verifies clients: without mutual TLS it would be ignored.
       [
         ['controller', '--config', 'x.yaml', '--tls-ca', 'ca.pem'],
