@@ -207,14 +207,8 @@ export function run(argv: string[]): Promise<number> {
       // Hosts are answered from the directive cache whether or not a parent answers (fail open), so
       // the process is healthy either way; the details show how the upstream side is doing.
       health: () => {
-        const snapshot = aggregator.snapshot();
-        return {
-          ok: true,
-          zone,
-          hosts: snapshot.hosts.length,
-          parentsHealthy: snapshot.parents.filter((p) => p.healthy).length,
-          lastForwardAtMs: snapshot.lastForward?.atMs ?? null,
-        };
+        const { hosts, parentsHealthy, lastForwardAtMs } = aggregator.health();
+        return { ok: true, zone, hosts, parentsHealthy, lastForwardAtMs: lastForwardAtMs ?? null };
       },
     });
     aggregator.start();

@@ -193,6 +193,11 @@ export interface Aggregator {
   /** Forward now (after the one in flight, if any). */
   flush(): Promise<void>;
   snapshot(): AggregatorSnapshot;
+  /**
+   * What a health check reads, without a snapshot: a snapshot sums every bucket (423 ms at
+   * 100,000 buckets, measured 2026-12-02), too much for a probe that runs every few seconds.
+   */
+  health(): { hosts: number; parentsHealthy: number; lastForwardAtMs: number | undefined };
 }
 
 interface CachedDirective {
@@ -967,6 +972,12 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     handleReport,
     countRefusal(code) {
       counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
+    },
+    health() {
+      const nowMs = scheduler.nowMs();
+      let parentsHealthy = 0;
+      for (const downUntilMs of parentDownUntilMs) if (downUntilMs <= nowMs) parentsHealthy++;
+      return { hosts: hosts.size, parentsHealthy, lastForwardAtMs: lastForward?.atMs };
     },
     start() {
       if (running) return;

@@ -133,6 +133,14 @@ describe('aggregator', () => {
     assert.equal(pay.offered, 150); // 300 rps for 0.5 s
     assert.equal(pay.admitted, 75);
     assert.equal(sent.buckets.find((b) => b.bucket === 'x')!.offered, 0.5);
+    // The health check's counts, read without a snapshot, agree with the snapshot's.
+    const snapshot = aggregator.snapshot();
+    assert.deepEqual(aggregator.health(), {
+      hosts: snapshot.hosts.length,
+      parentsHealthy: snapshot.parents.filter((p) => p.healthy).length,
+      lastForwardAtMs: snapshot.lastForward?.atMs,
+    });
+    assert.equal(aggregator.health().hosts, 3);
     await aggregator.stop();
   });
 
