@@ -6,6 +6,7 @@ import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
+import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
   listFlag,
@@ -91,6 +92,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9091',
     },
+    ...BUCKET_SERIES_FLAGS,
     id: {
       type: 'string',
       valueName: 'id',
@@ -129,6 +131,7 @@ export const spec: CommandSpec = {
 
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
+    const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const zone = stringFlag(values, 'zone')!;
     const parents = parseTargets('parent', listFlag(values, 'parent'));
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7071');
@@ -187,7 +190,7 @@ export function run(argv: string[]): Promise<number> {
       authToken,
       logger,
     });
-    addAggregatorMetrics(metrics, aggregator);
+    addAggregatorMetrics(metrics, aggregator, { maxBucketSeries });
     const server = await startGrpcControlServer({
       host: listen.host,
       port: listen.port,

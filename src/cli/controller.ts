@@ -21,6 +21,7 @@ import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
+import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import { type CommandSpec, parseHostPort, runCommand, stringFlag, usageError } from './command-line.js';
 import { watchFile } from './file-watcher.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
@@ -54,6 +55,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9090',
     },
+    ...BUCKET_SERIES_FLAGS,
     dashboard: {
       type: 'string',
       valueName: 'host:port',
@@ -116,6 +118,7 @@ type ReloadTrigger = 'SIGHUP' | 'file' | 'tune';
 
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
+    const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const configPath = stringFlag(values, 'config')!;
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7070');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9090');
@@ -192,7 +195,7 @@ export function run(argv: string[]): Promise<number> {
       }),
     });
     const metrics = createMetrics({ component: 'controller', id });
-    addControllerMetrics(metrics, controller);
+    addControllerMetrics(metrics, controller, { maxBucketSeries });
     const reloads = new Counter({
       name: 'spillway_config_reloads_total',
       help: 'Limits file reloads, by result (ok, error: the previous limits stay in force).',

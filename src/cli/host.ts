@@ -5,6 +5,7 @@ import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
+import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
   listFlag,
@@ -54,6 +55,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:0',
     },
+    ...BUCKET_SERIES_FLAGS,
     id: {
       type: 'string',
       valueName: 'id',
@@ -94,6 +96,7 @@ const MAX_DURATION_S = Math.floor((2 ** 31 - 1) / 1000);
 
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
+    const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const targets = parseTargets('aggregator', listFlag(values, 'aggregator'));
     const zone = stringFlag(values, 'zone')!;
     const rates = parseBucketRates(listFlag(values, 'bucket'));
@@ -139,7 +142,7 @@ export function run(argv: string[]): Promise<number> {
       throw error;
     }
     const handles = rates.map(({ key, rps }) => ({ handle: limiter.bucket(key), rps }));
-    addLimiterMetrics(metrics, limiter);
+    addLimiterMetrics(metrics, limiter, { maxBucketSeries });
     const opsServer = await startOpsServer({
       host: ops.host,
       port: ops.port,

@@ -9,6 +9,7 @@ import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
+import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import { type CommandSpec, numberFlag, parseHostPort, runCommand, stringFlag } from './command-line.js';
 import { watchFile } from './file-watcher.js';
 import { createParentClients } from './parent-clients.js';
@@ -39,6 +40,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9095',
     },
+    ...BUCKET_SERIES_FLAGS,
     id: {
       type: 'string',
       valueName: 'id',
@@ -70,6 +72,7 @@ export const spec: CommandSpec = {
 
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
+    const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const configPath = stringFlag(values, 'config')!;
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:8080');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9095');
@@ -105,7 +108,10 @@ export function run(argv: string[]): Promise<number> {
           })
         : [];
     const backend = createProxyBackend(rules.backend, { id, logger, controlClients });
-    if (backend.globalLimiter) addLimiterMetrics(metrics, backend.globalLimiter);
+    if (backend.globalLimiter)
+      addLimiterMetrics(metrics, backend.globalLimiter, {
+        maxBucketSeries: maxBucketSeriesFromFlags(values),
+      });
     addProxyKeyMetrics(metrics.registry, () => backend.keyTables());
     let proxy: Awaited<ReturnType<typeof startProxyServer>>;
     try {

@@ -127,6 +127,10 @@ describe('spillway subcommands: help and usage errors', () => {
         ],
         /--duration-s must be a number from 0 to 2147483/,
       ],
+      [
+        ['aggregator', '--zone', 'z1', '--parent', '127.0.0.1:7070', '--max-bucket-series', '1.5'],
+        /--max-bucket-series must be an integer >= 0/,
+      ],
       // A token no Authorization header could carry as it is: every admin request would get 401.
       [
         ['controller', '--config', 'x.yaml', '--admin-token', 'correct horse battery staple'],
