@@ -170,6 +170,9 @@ export function parseTargets(flag: string, values: string[]): string[] {
   });
 }
 
+/** The longest a Node timer waits (2^31 - 1 ms, 24.8 days), in whole seconds: a longer delay fires at once. */
+export const MAX_TIMER_SECONDS = Math.floor((2 ** 31 - 1) / 1000);
+
 export function numberFlag(
   values: FlagValues,
   name: string,

@@ -6,6 +6,7 @@ import type { DashboardView } from '../dashboard/dashboard-view.js';
 import {
   type CommandSpec,
   type FlagValues,
+  MAX_TIMER_SECONDS,
   numberFlag,
   parseHostPort,
   runCommand,
@@ -17,9 +18,6 @@ import { DEMO_CYCLE_S, DEMO_STREAMS, demoLimitsYaml, demoPhase, demoProxyRulesYa
 import { createDemoProcessGroup, type DemoChild } from './demo-processes.js';
 import { formatDemoSummary } from './demo-summary.js';
 import { runDemoWorker } from './demo-worker.js';
-
-/** The longest a Node timer waits (2^31 - 1 ms); a longer delay fires at once. */
-const MAX_TIMER_S = Math.floor((2 ** 31 - 1) / 1000);
 
 export const spec: CommandSpec = {
   name: 'demo',
@@ -94,11 +92,10 @@ interface DataPlane {
 }
 
 async function runDemo(values: FlagValues): Promise<number> {
-  // At most what one timer can wait (24.8 days): past it, a timer fires at once.
-  const durationS = numberFlag(values, 'duration', 0, { min: 0, max: MAX_TIMER_S });
+  const durationS = numberFlag(values, 'duration', 0, { min: 0, max: MAX_TIMER_SECONDS });
   const processCount = numberFlag(values, 'hosts', 4, { min: 1, integer: true });
   const scale = numberFlag(values, 'scale', 1, { min: 0.01 });
-  const summaryEveryS = numberFlag(values, 'summary-every', 2, { min: 0.5, max: MAX_TIMER_S });
+  const summaryEveryS = numberFlag(values, 'summary-every', 2, { min: 0.5, max: MAX_TIMER_SECONDS });
   const dataPlaneKind = stringFlag(values, 'data-plane') ?? 'proxy';
   if (dataPlaneKind !== 'proxy' && dataPlaneKind !== 'host') {
     throw usageError(`--data-plane must be proxy or host, got '${dataPlaneKind}'`, { flag: 'data-plane' });

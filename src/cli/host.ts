@@ -9,6 +9,7 @@ import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-f
 import {
   type CommandSpec,
   listFlag,
+  MAX_TIMER_SECONDS,
   numberFlag,
   parseHostPort,
   parseTargets,
@@ -92,16 +93,13 @@ export const spec: CommandSpec = {
 /** Highest rate one host process offers: beyond it the generator itself would be the bottleneck. */
 const MAX_OFFERED_RPS = 1_000_000;
 
-const MAX_DURATION_S = Math.floor((2 ** 31 - 1) / 1000);
-
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
     const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const targets = parseTargets('aggregator', listFlag(values, 'aggregator'));
     const zone = stringFlag(values, 'zone')!;
     const rates = parseBucketRates(listFlag(values, 'bucket'));
-    // At most what one timer can wait (2^31 - 1 ms, 24.8 days): a longer one would fire at once.
-    const durationS = numberFlag(values, 'duration-s', 0, { min: 0, max: MAX_DURATION_S });
+    const durationS = numberFlag(values, 'duration-s', 0, { min: 0, max: MAX_TIMER_SECONDS });
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:0');
     const id = stringFlag(values, 'id') ?? `${hostname()}-${process.pid}`;
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 50 });
