@@ -933,10 +933,17 @@ async function main(): Promise<void> {
   // The same Redis "in another zone": every chunk crosses a delaying TCP relay in this process,
   // REMOTE_REDIS_DELAY_MS each way (Node timers, so about that plus up to a millisecond).
   const remoteRedis = await startFaultProxy(redisAddress, { mode: 'delay', delayMs: REMOTE_REDIS_DELAY_MS });
-  process.once('SIGINT', () => {
-    stopAll();
-    void redis.stop().finally(() => process.exit(130));
-  });
+  // SIGTERM too (`kill`, a CI job's timeout): without it the cases' processes outlived the benchmark
+  // and kept the machine busy.
+  for (const [signal, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+  ] as const) {
+    process.once(signal, () => {
+      stopAll();
+      void redis.stop().finally(() => process.exit(code));
+    });
+  }
   try {
     const upstream = await startProcess('upstream', ['--import', 'tsx', SELF, 'upstream']);
     const upstreamAddress = String(upstream.listening.http);

@@ -1,6 +1,5 @@
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import { Counter, Gauge } from 'prom-client';
 import { parseLimitsConfig } from '../config/limits-config.js';
 import { createController } from '../control/controller.js';
 import { createAutoTuner } from '../control/tuning/auto-tuner.js';
@@ -20,6 +19,7 @@ import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
+import { createReloadMetrics } from '../ops/reload-metrics.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import { type CommandSpec, parseHostPort, runCommand, stringFlag, usageError } from './command-line.js';
@@ -196,20 +196,7 @@ export function run(argv: string[]): Promise<number> {
     });
     const metrics = createMetrics({ component: 'controller', id });
     addControllerMetrics(metrics, controller, { maxBucketSeries });
-    const reloads = new Counter({
-      name: 'spillway_config_reloads_total',
-      help: 'Limits file reloads, by result (ok, error: the previous limits stay in force).',
-      labelNames: ['result'],
-      registers: [metrics.registry],
-    });
-    // Both results from the start, at 0: the first failed reload is then an increase alerts see.
-    for (const result of ['ok', 'error'] as const) reloads.inc({ result }, 0);
-    const lastReload = new Gauge({
-      name: 'spillway_config_last_success_timestamp_seconds',
-      help: 'When the limits in force were loaded (epoch seconds).',
-      registers: [metrics.registry],
-    });
-    lastReload.set(Date.now() / 1000);
+    const reloads = createReloadMetrics(metrics.registry, 'spillway_config');
     let lastReloadError: string | undefined;
     /** The text of the last reload attempted (or the start's): the watcher's events re-read the file. */
     let attemptedText = configText;
@@ -241,15 +228,14 @@ export function run(argv: string[]): Promise<number> {
           if (dropped.length > 0)
             logger.warn({ rules: dropped }, 'admin overrides dropped: their rules left the limits file');
           lastReloadError = undefined;
-          reloads.inc({ result: 'ok' });
-          lastReload.set(Date.now() / 1000);
+          reloads.reloaded('ok');
           logger.info({ trigger, file: configPath, buckets: config.buckets.length }, 'limits reloaded');
         } catch (error) {
           const message = error instanceof Error ? error.message : String(error);
           // The same failure again (an unreadable file, on every event beside it) is not news.
           if (trigger !== 'SIGHUP' && message === lastReloadError) return;
           lastReloadError = message;
-          reloads.inc({ result: 'error' });
+          reloads.reloaded('error');
           logger.error(
             { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },
             'limits reload failed; the previous limits stay in force',

@@ -215,6 +215,7 @@ describe('spillway controller: limits reload', () => {
       await waitFor('a first directive', async () => ((await limitSeen()) === 100 ? true : undefined));
       // Both series exist from the start, so the first failure is an increase rate() can see.
       assert.equal((await scrape(controller.ops)).get('spillway_config_reloads_total{result="error"}'), 0);
+      assert.equal((await scrape(controller.ops)).get('spillway_config_last_reload_successful'), 1);
 
       writeFileSync(path, limits(250));
       await waitFor('the file change to apply', async () => ((await limitSeen()) === 250 ? true : undefined));
@@ -225,6 +226,9 @@ describe('spillway controller: limits reload', () => {
         (await reloads('error')) >= 1 ? true : undefined,
       );
       assert.equal(await limitSeen(), 250, 'the previous limits stay in force');
+      // The alert rules read this gauge (deploy/prometheus/alerts.yml): counters cannot say
+      // whether a later reload succeeded.
+      assert.equal((await scrape(controller.ops)).get('spillway_config_last_reload_successful'), 0);
       const health = (await (await fetch(`http://${controller.ops}/healthz`)).json()) as {
         lastReloadError: string;
       };
@@ -255,6 +259,7 @@ describe('spillway controller: limits reload', () => {
         lastReloadError: string | null;
       };
       assert.equal(healed.lastReloadError, null);
+      assert.equal((await scrape(controller.ops)).get('spillway_config_last_reload_successful'), 1);
 
       // SIGHUP reloads even when the watcher saw nothing (e.g. a file on a mount without events).
       writeFileSync(path, limits(300));

@@ -93,21 +93,26 @@ describe('spillway proxy (process)', { timeout: 60_000 }, () => {
     started.push(p);
     const health = async () =>
       (await (await fetch(`http://${p.ops}/healthz`)).json()) as { lastReloadError: string | null };
-    const reloads = async (result: string) => {
+    const metric = async (series: string) => {
       const text = await (await fetch(`http://${p.ops}/metrics`)).text();
-      const line = new RegExp(`^spillway_proxy_rules_reloads_total\\{result="${result}"\\} (\\d+)$`, 'm');
-      return Number(line.exec(text)?.[1] ?? 0);
+      const line = new RegExp(`^${series.replace(/[{}]/g, '\\$&')} (\\d+)$`, 'm');
+      return Number(line.exec(text)?.[1] ?? Number.NaN);
     };
+    const reloads = (result: string) => metric(`spillway_proxy_rules_reloads_total{result="${result}"}`);
+    const lastReloadSuccessful = () => metric('spillway_proxy_rules_last_reload_successful');
+    assert.equal(await lastReloadSuccessful(), 1);
 
     writeFileSync(file, `${good}garbage: [\n`);
     await until('the broken file is reported', async () => (await health()).lastReloadError !== null, 15_000);
     assert.match((await health()).lastReloadError!, /revert\.yaml:11:1: YAML syntax error/);
+    assert.equal(await lastReloadSuccessful(), 0);
 
     writeFileSync(file, good);
     await until('the error is cleared', async () => (await health()).lastReloadError === null, 15_000);
     // The file loaded again: an ok reload, as SIGHUP with the same file would be.
     assert.equal(await reloads('ok'), 1);
     assert.equal(await reloads('error'), 1);
+    assert.equal(await lastReloadSuccessful(), 1);
     assert.equal((await send(`http://${proxyAddress(p)}/`)).headers['ratelimit-policy'], '"api";q=100;w=60');
   });
 

@@ -1,4 +1,5 @@
 import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import { createReloadMetrics } from '../../ops/reload-metrics.js';
 import type { KeyTableStats } from './proxy-backend.js';
 
 /**
@@ -125,14 +126,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
       this.set(queueDepth());
     },
   });
-  const reloads = new Counter({
-    name: 'spillway_proxy_rules_reloads_total',
-    help: 'Rules file reloads by result (ok, error: the previous rules stay in force).',
-    labelNames: ['result'],
-    registers: [registry],
-  });
-  // Both results from the start, at 0: the first failed reload is then an increase alerts see.
-  for (const result of ['ok', 'error'] as const) reloads.inc({ result }, 0);
+  const reloads = createReloadMetrics(registry, 'spillway_proxy_rules');
   return {
     request: (outcome) => {
       requestCounts[OUTCOME_INDEX[outcome]]!++;
@@ -152,7 +146,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
     watchQueue: (depth) => {
       queueDepth = depth;
     },
-    reload: (result) => reloads.inc({ result }),
+    reload: (result) => reloads.reloaded(result),
   };
 }
 
