@@ -110,7 +110,7 @@ export function run(argv: string[]): Promise<number> {
     const backend = createProxyBackend(rules.backend, { id, logger, controlClients });
     if (backend.globalLimiter)
       addLimiterMetrics(metrics, backend.globalLimiter, {
-        maxBucketSeries: maxBucketSeriesFromFlags(values),
+        maxBucketSeries,
       });
     addProxyKeyMetrics(metrics.registry, () => backend.keyTables());
     let proxy: Awaited<ReturnType<typeof startProxyServer>>;
