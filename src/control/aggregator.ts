@@ -456,13 +456,13 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     }
     counters.reports++;
     host.lastSeenMs = nowMs;
-    if (host.sequences.has(request.sequence)) {
+    if (host.sequences.has(request.sequence, request.windowEndMs)) {
       counters.duplicateReports++;
       if (!wasCounted) for (const usage of host.usage) usage.joinedForward = nextForward;
     } else {
       const previousUsage = host.usage;
       let previousByBucket: Map<BucketEntry, HostUsage> | undefined;
-      host.sequences.add(request.sequence);
+      host.sequences.add(request.sequence, request.windowEndMs);
       host.lastWindowEndMs = request.windowEndMs;
       host.zone = request.zone;
       host.tier = request.tier;

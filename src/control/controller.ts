@@ -450,11 +450,11 @@ export function createController(options: ControllerOptions): Controller {
     }
     counters.reports++;
     child.lastSeenMs = nowMs;
-    if (child.sequences.has(request.sequence)) {
+    if (child.sequences.has(request.sequence, request.windowEndMs)) {
       counters.duplicateReports++;
     } else {
       const previousUsage = child.usage;
-      child.sequences.add(request.sequence);
+      child.sequences.add(request.sequence, request.windowEndMs);
       child.lastWindowEndMs = request.windowEndMs;
       child.tier = request.tier;
       child.zone = request.zone;

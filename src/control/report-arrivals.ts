@@ -124,7 +124,7 @@ export class DepartedArrivals {
 
 /** What a receiver knows of a sender it has state for (a host at an aggregator, a child at the controller). */
 export interface ReportSender {
-  sequences: { has(sequence: bigint): boolean; readonly last: bigint };
+  sequences: { has(sequence: bigint, windowEndMs: bigint): boolean; readonly last: bigint };
   lastWindowEndMs: bigint;
   arrivals: ReportArrivals;
 }
@@ -146,7 +146,7 @@ export function isOldNews(
   intervalMs: number,
   senders: Iterable<{ arrivals: ReportArrivals }>,
 ): boolean {
-  if (sender?.sequences.has(report.sequence)) return false;
+  if (sender?.sequences.has(report.sequence, report.windowEndMs)) return false;
   if (isOlderThanLast(sender, report)) return true;
   return arrivals.isLate(
     nowMs - Number(report.windowEndMs),

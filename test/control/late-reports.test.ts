@@ -5,7 +5,7 @@ import { createAggregator } from '../../src/control/aggregator.js';
 import { createController } from '../../src/control/controller.js';
 import { DepartedArrivals, ReportArrivals } from '../../src/control/report-arrivals.js';
 import { ManualClock } from '../../src/core/clock.js';
-import { ReportResponseSchema } from '../../src/gen/spillway/v1/control_pb.js';
+import { ReportResponseSchema, Tier } from '../../src/gen/spillway/v1/control_pb.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
 import { call, hostReport } from './report-fixtures.js';
 
@@ -241,6 +241,26 @@ describe('late reports at an aggregator', () => {
     assert.equal(offered(), 50);
   });
 
+  it('counts a host restarted with the same id soon after its start: its sequences are not duplicates', () => {
+    const { clock, aggregator, report, offered } = setup();
+    // The old process sent 4 reports and crashed; the new one starts over at sequence 1, 3x busier.
+    for (let s = 1; s <= 4; s++) {
+      report('h1', s, 100);
+      clock.advance(INTERVAL_MS);
+    }
+    const counted: number[] = [];
+    for (let s = 1; s <= 5; s++) {
+      report('h1', s, 300);
+      counted.push(offered());
+      clock.advance(INTERVAL_MS);
+    }
+    assert.deepEqual(counted, [300, 300, 300, 300, 300], `offered after each report: ${counted.join(', ')}`);
+    assert.equal(aggregator.snapshot().counters.duplicateReports, 0);
+    // A real retry (the same report: same sequence, same window) is still counted once.
+    report('h1', 5, 300, INTERVAL_MS);
+    assert.equal(aggregator.snapshot().counters.duplicateReports, 1);
+  });
+
   it('treats a retried report (same sequence) as a duplicate, not as late', () => {
     const { clock, aggregator, report } = setup();
     report('h1', 1, 100);
@@ -293,5 +313,46 @@ describe('late reports at the controller', () => {
     controller.tick();
     assert.equal(offered(), 200);
     assert.equal(controller.snapshot().counters.lateReports, 1);
+  });
+
+  it('counts an aggregator restarted with the same id soon after its start', () => {
+    const clock = new ManualClock(START_MS);
+    const controller = createController({
+      id: 'ctl',
+      scheduler: clock,
+      config: {
+        version: 1,
+        intervalMs: INTERVAL_MS,
+        ttlMs: 4 * INTERVAL_MS,
+        buckets: [{ key: 'pay', limitRps: 100, mode: 'enforce', scope: 'global' }],
+        ratioPolicy: { kind: 'plain' },
+      },
+    });
+    const forward = (sequence: number, offered: number) =>
+      call(
+        controller.handleReport,
+        hostReport({
+          id: 'agg-a',
+          sequence,
+          endMs: clock.nowMs() + SKEW_MS,
+          tier: Tier.AGGREGATOR,
+          hostCount: 10,
+          buckets: [{ bucket: 'pay', offered }],
+        }),
+      );
+    for (let s = 1; s <= 3; s++) {
+      forward(s, 100);
+      clock.advance(INTERVAL_MS);
+      controller.tick();
+    }
+    const counted: number[] = [];
+    for (let s = 1; s <= 4; s++) {
+      forward(s, 400);
+      clock.advance(INTERVAL_MS);
+      controller.tick();
+      counted.push(controller.snapshot().buckets.find((b) => b.key === 'pay')!.offeredRps);
+    }
+    assert.deepEqual(counted, [400, 400, 400, 400], `offered after each forward: ${counted.join(', ')}`);
+    assert.equal(controller.snapshot().counters.duplicateReports, 0);
   });
 });
