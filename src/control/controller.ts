@@ -6,7 +6,7 @@ import {
   type ResolvedBucket,
 } from '../config/compile-limits.js';
 import type { LimitsConfig, RatioPolicySpec } from '../config/limits-config.js';
-import { type Cancellable, type Scheduler, systemScheduler } from '../core/clock.js';
+import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import {
   type Directive,
@@ -34,8 +34,14 @@ export interface ControllerOptions {
   id: string;
   config: LimitsConfig;
   scheduler?: Scheduler;
-  /** This controller generation's identity. Default: `scheduler.nowMs()` at creation (a restart wins). */
+  /**
+   * This controller generation's identity. Default: `scheduler.nowMs()` at creation, in whole ms,
+   * times 1,024, plus 10 random bits (`random`): a restart wins, and two replicas started in the
+   * same millisecond still differ (see `startEpoch`).
+   */
   epoch?: number;
+  /** For the default epoch's random bits. Default Math.random. */
+  random?: Random;
   /** A child (host or aggregator) silent this long stops counting. Default 3 intervals. */
   childExpiryMs?: number;
   /** A bucket nobody reported this long is forgotten, smoothing memory included. Default 10 intervals. */
@@ -269,7 +275,7 @@ const DEFAULT_MAX_CHILDREN = 10_000;
 export function createController(options: ControllerOptions): Controller {
   const scheduler = options.scheduler ?? systemScheduler;
   const logger = options.logger ?? silentLogger;
-  const epoch = Math.floor(options.epoch ?? scheduler.nowMs());
+  const epoch = Math.floor(options.epoch ?? startEpoch(scheduler.nowMs(), options.random ?? Math.random));
   const epochBig = BigInt(epoch);
   const maxBuckets = options.maxBuckets ?? DEFAULT_MAX_BUCKETS;
   const maxChildren = options.maxChildren ?? DEFAULT_MAX_CHILDREN;
@@ -847,6 +853,23 @@ export function createController(options: ControllerOptions): Controller {
     snapshot,
     epoch,
   };
+}
+
+/** Random bits below the start time in a default epoch. */
+const EPOCH_RANDOM_BITS = 10;
+
+/**
+ * A controller's default epoch: its start time, then random bits. Epochs must be unique per
+ * process: hosts and aggregators take (epoch, version) for one computation's identity and never go
+ * back to a lower version within an epoch, while versions count per process. Two replicas with one
+ * epoch (started in the same millisecond) are one identity with two counters: when the one ahead
+ * died, hosts refused the survivor's directives until its version caught up, and decayed to
+ * admitting everything meanwhile (test/control/replica-epochs.test.ts). The random bits only break
+ * that tie: a later millisecond still wins. 2^53 / 2^10 ms is the year 2248.
+ */
+export function startEpoch(nowMs: number, random: Random): number {
+  const scale = 2 ** EPOCH_RANDOM_BITS;
+  return Math.floor(nowMs) * scale + Math.floor(random() * scale);
 }
 
 function toMode(mode: 'enforce' | 'shadow'): Mode {

@@ -142,7 +142,7 @@ export function addControllerMetrics(
     ),
     single(
       'spillway_controller_epoch',
-      "This controller generation's epoch (its start time in ms).",
+      "This controller generation's epoch (its start time in ms times 1024, plus 10 random bits).",
       'gauge',
       (s) => s.epoch,
     ),

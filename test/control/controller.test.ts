@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import type { LimitsConfig } from '../../src/config/limits-config.js';
-import { createController } from '../../src/control/controller.js';
+import { createController, startEpoch } from '../../src/control/controller.js';
 import { plainRatioPolicy } from '../../src/control/ratio-policy.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { isSpillwayError } from '../../src/core/errors.js';
@@ -94,7 +94,7 @@ describe('controller', () => {
     assert.equal(first.directives[0]!.dropRatio, 0.5);
     assert.equal(first.directives[0]!.version, 1n);
     assert.equal(first.reportIntervalMs, 1000);
-    assert.equal(first.epoch, BigInt(START_MS));
+    assert.equal(first.epoch, BigInt(controller.epoch));
     assert.equal(first.responderId, 'ctl');
     controller.tick();
     const reply = call(
@@ -108,7 +108,7 @@ describe('controller', () => {
     assert.equal(d.mode, Mode.ENFORCE);
     assert.equal(d.limitRps, 100);
     assert.equal(d.offeredRps, 200);
-    assert.equal(d.epoch, BigInt(START_MS));
+    assert.equal(d.epoch, BigInt(controller.epoch));
     // The first report computed version 1, the tick 2; the default (stateless) policy recomputed on this report.
     assert.equal(d.version, 3n);
     assert.equal(d.ttlMs, 4000);
@@ -138,6 +138,13 @@ describe('controller', () => {
     assert.equal(controller.snapshot().version, 6, 'stopped: no more ticks');
     const restarted = createController({ id: 'ctl', config: config(), scheduler: clock });
     assert.ok(restarted.epoch > controller.epoch);
+    // The start time in ms, then 10 random bits: a later millisecond wins whatever the bits.
+    assert.ok(
+      controller.epoch >= START_MS * 1024 && controller.epoch < (START_MS + 1) * 1024,
+      `epoch ${controller.epoch}`,
+    );
+    assert.ok(startEpoch(START_MS + 1, () => 0) > startEpoch(START_MS, () => 0.9999999));
+    assert.ok(Number.isSafeInteger(startEpoch(Date.UTC(2200, 0, 1), () => 0.9999999)));
     assert.equal(createController({ id: 'x', config: config(), scheduler: clock, epoch: 42 }).epoch, 42);
   });
 

@@ -164,7 +164,8 @@ export type ReportResponse = Message<"spillway.v1.ReportResponse"> & {
   reportIntervalMs: number;
 
   /**
-   * Identity of the controller generation that computed the directives (its start time in ms).
+   * Identity of the controller generation that computed the directives (by default its start time
+   * in ms times 1,024 plus 10 random bits: a later start wins, replicas started together differ).
    *
    * @generated from field: uint64 epoch = 3;
    */
