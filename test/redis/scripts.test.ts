@@ -34,7 +34,7 @@ const pinned: Record<string, string> = {
   'fixed-window': 'd0280d71ecff7c2ab9b39c9bce7433314c652d86',
   'sliding-log': '2542b5cc1a414a8b5d3e47439e4083e6c0c8b571',
   'sliding-counter': '20484691fb5d44b3537fa1b0c5e7b8a0ec640ce4',
-  'token-bucket': 'a382361816a4797ddef53fcbae47627cdb048913',
+  'token-bucket': '1f49897c9f735a12fff65aafc17a340817237afc',
 };
 
 describe('Lua script files', () => {

@@ -15,9 +15,15 @@
 --          {-1, 0, 0, 0, now_us} and nothing read or written.
 --
 -- A missing key is a full bucket, so the key only has to live until the bucket would be full
--- again: one SET ... PX writes the state and exactly that TTL. If the Redis clock steps
--- backwards, no tokens are added until it passes the stored time again (the stored time never
--- moves backwards).
+-- again: one SET ... PX writes the state and exactly that TTL.
+--
+-- A stored time after TIME means the Redis clock stepped back (a failover to a host behind, an
+-- NTP step). That state is taken as counted now: no tokens for the negative elapsed time, and
+-- refill resumes from this call rather than from when the clock passes the stored time again,
+-- which would lock the bucket out for the size of the step. Counted calls write the rebased time
+-- even when rejected, so refill also resumes for keys that only see rejections; a peek writes
+-- nothing and reports the stored level. A step back thus grants nothing extra; a later step
+-- forward refills for its size, as it always did.
 local time = redis.call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 -- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
@@ -35,6 +41,7 @@ local now_ms = time[1] * 1000 + math.floor(time[2] / 1000)
 
 local tokens = capacity
 local sec, usec = time[1], time[2]
+local stepped_back = false
 local stored = redis.pcall('GET', KEYS[1])
 if type(stored) == 'table' then
   -- WRONGTYPE: a hash {tokens, ts (epoch us)} left by the layout before this one (a rolling
@@ -57,8 +64,8 @@ if stored then
   if elapsed_us > 0 then
     tokens = tokens + elapsed_us * refill_per_sec / 1000000
     if tokens > capacity then tokens = capacity end
-  else
-    sec, usec = stored_sec, stored_usec
+  elseif elapsed_us < 0 then
+    stepped_back = true
   end
 end
 
@@ -71,9 +78,23 @@ local function micro(amount)
   return scaled
 end
 
+local function until_full_ms()
+  if capacity - tokens > epsilon then return math.ceil((capacity - tokens) * 1000 / refill_per_sec) end
+  return 0
+end
+
+local function store(full_ms)
+  local ttl_ms = full_ms
+  if ttl_ms < 1 then ttl_ms = 1 end
+  -- Past 1e14 a Lua number is passed to Redis in exponent notation, which PX refuses.
+  if ttl_ms >= 1e14 then ttl_ms = string.format('%.0f', ttl_ms) end
+  redis.call('SET', KEYS[1], string.format('%.17g', tokens) .. ' ' .. sec .. ' ' .. usec, 'PX', ttl_ms)
+end
+
 if tokens + epsilon < cost then
   local retry_ms = math.ceil((cost - tokens) * 1000 / refill_per_sec)
   if retry_ms < 1 then retry_ms = 1 end
+  if stepped_back then store(until_full_ms()) end
   return {0, micro(tokens), now_ms + math.ceil((capacity - tokens) * 1000 / refill_per_sec), retry_ms, now_us}
 end
 
@@ -81,13 +102,6 @@ if cost > 0 then
   tokens = tokens - cost
   if tokens < 0 then tokens = 0 end
 end
-local full_ms = 0
-if capacity - tokens > epsilon then full_ms = math.ceil((capacity - tokens) * 1000 / refill_per_sec) end
-if cost > 0 then
-  local ttl_ms = full_ms
-  if ttl_ms < 1 then ttl_ms = 1 end
-  -- Past 1e14 a Lua number is passed to Redis in exponent notation, which PX refuses.
-  if ttl_ms >= 1e14 then ttl_ms = string.format('%.0f', ttl_ms) end
-  redis.call('SET', KEYS[1], string.format('%.17g', tokens) .. ' ' .. sec .. ' ' .. usec, 'PX', ttl_ms)
-end
+local full_ms = until_full_ms()
+if cost > 0 then store(full_ms) end
 return {1, micro(tokens), now_ms + full_ms, 0, now_us}

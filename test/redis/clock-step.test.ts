@@ -1,0 +1,72 @@
+// The Redis clock stepping back (a failover to a replica whose clock is behind, an NTP step): TIME
+// then reads earlier than the times earlier decisions stored. Each script must neither grant more
+// than its limit from such state nor lock a key out for longer than the step.
+//
+// The sliding log, sliding counter and token bucket keep their times in the value, so each script
+// is run with TIME pinned (the same source, `redis.call('TIME')` replaced by a literal): decisions
+// at A, then at B = A - STEP_MS and later, exactly as a Redis whose clock stepped back would run
+// them. Pinned times are a day ahead of the real clock so absolute expiries (PEXPIREAT) stay in
+// them. Pinned times are a day ahead of the real clock so absolute expiries (PEXPIREAT) stay in
+// the future.
+import assert from 'node:assert/strict';
+import { after, before, describe, it } from 'node:test';
+import type { Redis } from 'ioredis';
+import { type LuaScript, tokenBucketScript } from '../../src/redis/index.js';
+import { type RedisServer, redisServerAvailable, startRedis } from '../helpers/redis-server.js';
+import { connectRedis, redisTimeMs } from './connect-redis.js';
+
+const STEP_MS = 60_000;
+const DAY_MS = 86_400_000;
+
+/** A script's reply at a pinned Redis time (epoch ms): {allowed, remaining, reset_at_ms, retry_after_ms}. */
+async function runAt(
+  client: Redis,
+  script: LuaScript,
+  atMs: number,
+  key: string,
+  args: (string | number)[],
+): Promise<number[]> {
+  const seconds = Math.floor(atMs / 1000);
+  const micros = (atMs % 1000) * 1000;
+  const source = script.source.replace("redis.call('TIME')", `{'${seconds}', '${micros}'}`);
+  assert.notEqual(source, script.source);
+  const reply = (await client.eval(source, 1, key, ...args, 0)) as number[];
+  return reply.slice(0, 4).map(Number);
+}
+
+describe('Redis clock stepped back', { skip: !redisServerAvailable() && process.env.CI !== 'true' }, () => {
+  let server: RedisServer;
+  let client: Redis;
+  /** B: the Redis time after the step, a minute-aligned instant a day ahead of the real clock. */
+  let behindMs: number;
+  before(async () => {
+    server = await startRedis();
+    client = await connectRedis(server);
+    const realMs = await redisTimeMs(client);
+    behindMs = realMs + DAY_MS - (realMs % 60_000);
+  });
+  after(async () => {
+    client?.disconnect();
+    await server?.stop();
+  });
+
+  it('token bucket: refill resumes from the first call after the step, never above the level', async () => {
+    const key = 'step:{tb}:tb';
+    const args = [10, 1]; // capacity 10, 1 token/s
+    const aheadMs = behindMs + STEP_MS;
+    assert.deepEqual(
+      (await runAt(client, tokenBucketScript, aheadMs, key, [...args, 10])).slice(0, 2),
+      [1, 0],
+    );
+    // Empty before the step, empty after it: nothing is refilled for the step.
+    const atStep = await runAt(client, tokenBucketScript, behindMs, key, [...args, 1]);
+    assert.deepEqual(atStep.slice(0, 2), [0, 0], 'no tokens appear from a step back');
+    assert.equal(atStep[3], 1000, 'retry after one token refills');
+    // 5 s after the step, 5 tokens have refilled: the key is not locked out until B reaches A.
+    const later = await runAt(client, tokenBucketScript, behindMs + 5000, key, [...args, 1]);
+    assert.deepEqual(later.slice(0, 2), [1, 4_000_000], `5 s after the step: ${later}`);
+    // And never more than the real refill: 5 more tokens take 5 s, not a fresh bucket.
+    const burst = await runAt(client, tokenBucketScript, behindMs + 5000, key, [...args, 5]);
+    assert.deepEqual(burst.slice(0, 2), [0, 4_000_000]);
+  });
+});
