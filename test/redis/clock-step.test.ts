@@ -11,7 +11,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
-import { type LuaScript, tokenBucketScript } from '../../src/redis/index.js';
+import { type LuaScript, slidingLogScript, tokenBucketScript } from '../../src/redis/index.js';
 import { type RedisServer, redisServerAvailable, startRedis } from '../helpers/redis-server.js';
 import { connectRedis, redisTimeMs } from './connect-redis.js';
 
@@ -68,5 +68,23 @@ describe('Redis clock stepped back', { skip: !redisServerAvailable() && process.
     // And never more than the real refill: 5 more tokens take 5 s, not a fresh bucket.
     const burst = await runAt(client, tokenBucketScript, behindMs + 5000, key, [...args, 5]);
     assert.deepEqual(burst.slice(0, 2), [0, 4_000_000]);
+  });
+
+  it('sliding log: entries scored ahead of the clock keep their ages, so they leave within a window', async () => {
+    const key = 'step:{sl}:sl';
+    const args = [3, 1000]; // limit 3 per 1000 ms
+    const aheadMs = behindMs + STEP_MS;
+    for (const atMs of [aheadMs - 900, aheadMs - 500, aheadMs]) {
+      assert.equal((await runAt(client, slidingLogScript, atMs, key, [...args, 1]))[0], 1);
+    }
+    const atStep = await runAt(client, slidingLogScript, behindMs, key, [...args, 1]);
+    assert.equal(atStep[0], 0, 'the three entries still count: nothing extra is granted');
+    assert.equal(atStep[3], 100, `retry when the oldest (900 ms old) leaves, not after the step: ${atStep}`);
+    assert.equal(atStep[2], behindMs + 1000, 'reset when the newest leaves');
+    const oldestLeft = await runAt(client, slidingLogScript, behindMs + 100, key, [...args, 1]);
+    assert.deepEqual(oldestLeft.slice(0, 2), [1, 0], 'room for exactly one once the oldest left');
+    assert.equal((await runAt(client, slidingLogScript, behindMs + 100, key, [...args, 1]))[0], 0);
+    assert.equal(await client.zcard(key), 3);
+    assert.ok((await client.pttl(key)) <= 1000, 'the TTL is a window, not the step');
   });
 });

@@ -32,7 +32,7 @@ const used: Record<string, LuaScript> = {
 // (e.g. pre-loading with SCRIPT LOAD) must update. Update these pins deliberately, with a CHANGELOG line.
 const pinned: Record<string, string> = {
   'fixed-window': 'd0280d71ecff7c2ab9b39c9bce7433314c652d86',
-  'sliding-log': '2542b5cc1a414a8b5d3e47439e4083e6c0c8b571',
+  'sliding-log': 'cbaf1c93e3b43ef65979281ff0865d816396dc5f',
   'sliding-counter': '20484691fb5d44b3537fa1b0c5e7b8a0ec640ce4',
   'token-bucket': '1f49897c9f735a12fff65aafc17a340817237afc',
 };

@@ -21,6 +21,14 @@
 -- log never holds fewer members than it admitted. An entry scored s counts while
 -- now_us - s < window_us. The key gets PEXPIRE window_ms whenever a member is added; the newest
 -- member is never older than the TTL, so an expired set held nothing that still counted.
+--
+-- A newest score after TIME means the Redis clock stepped back (a failover to a host behind, an
+-- NTP step) by at least the difference. Every score is moved back by that difference, so the
+-- newest entry is scored now and the others keep their ages: entries scored ahead would otherwise
+-- count, and lock the key out, for the whole step on top of the window. The step is at least
+-- that long, so no entry leaves earlier than it would have without the step (nothing extra is
+-- granted); it may leave later by the time between the newest entry and the step, at most one
+-- window. The rewrite costs O(entries), only on a step; a peek makes it too.
 local time = redis.call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 -- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
@@ -33,6 +41,21 @@ local cost = tonumber(ARGV[3])
 local window_us = window_ms * 1000
 -- Lua 5.1 prints numbers with 14 significant digits; microsecond epochs need 16.
 local now_text = time[1] .. string.format('%06d', time[2])
+
+local newest_entry = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+if newest_entry[2] and tonumber(newest_entry[2]) > now_us then
+  local shift_us = tonumber(newest_entry[2]) - now_us
+  local entries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+  for first = 1, #entries, 1000 do
+    local chunk = {}
+    for i = first, math.min(first + 999, #entries), 2 do
+      chunk[#chunk + 1] = string.format('%.0f', tonumber(entries[i + 1]) - shift_us)
+      chunk[#chunk + 1] = entries[i]
+    end
+    redis.call('ZADD', KEYS[1], 'XX', unpack(chunk))
+  end
+  redis.call('PEXPIRE', KEYS[1], window_ms)
+end
 
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%.0f', now_us - window_us))
 local count = redis.call('ZCARD', KEYS[1])
