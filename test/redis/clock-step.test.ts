@@ -11,7 +11,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
-import { type LuaScript, slidingLogScript, tokenBucketScript } from '../../src/redis/index.js';
+import {
+  type LuaScript,
+  slidingCounterScript,
+  slidingLogScript,
+  tokenBucketScript,
+} from '../../src/redis/index.js';
 import { type RedisServer, redisServerAvailable, startRedis } from '../helpers/redis-server.js';
 import { connectRedis, redisTimeMs } from './connect-redis.js';
 
@@ -86,5 +91,31 @@ describe('Redis clock stepped back', { skip: !redisServerAvailable() && process.
     assert.equal((await runAt(client, slidingLogScript, behindMs + 100, key, [...args, 1]))[0], 0);
     assert.equal(await client.zcard(key), 3);
     assert.ok((await client.pttl(key)) <= 1000, 'the TTL is a window, not the step');
+  });
+
+  it('sliding counter: a window stored ahead of the clock counts as the current one, not a fresh start', async () => {
+    const key = 'step:{sc}:sc';
+    const args = [10, 60_000]; // limit 10 per 60 s
+    // A is 1 s into its window; B, 30 s earlier, is 31 s into the window before it.
+    const aheadMs = behindMs + 60_000 + 1000;
+    const stepBackMs = behindMs + 31_000;
+    assert.deepEqual(
+      (await runAt(client, slidingCounterScript, aheadMs, key, [...args, 10])).slice(0, 2),
+      [1, 0],
+    );
+    let admitted = 0;
+    for (let i = 0; i < 10; i++)
+      admitted += (await runAt(client, slidingCounterScript, stepBackMs, key, [...args, 1]))[0]!;
+    assert.equal(admitted, 0, 'the 10 admitted just before the step still count');
+    // The next window (B's clock reaching A's window): the 10 weigh as the previous window's.
+    const nextWindowMs = behindMs + 60_000 + 6000;
+    const next = await runAt(client, slidingCounterScript, nextWindowMs, key, [...args, 1]);
+    assert.equal(next[0], 1, `10 x 54/60 = 9 weigh, room for 1: ${next}`);
+    assert.equal((await runAt(client, slidingCounterScript, nextWindowMs, key, [...args, 1]))[0], 0);
+    // The window after that: nothing from before the step weighs any more.
+    const thirdMs = behindMs + 120_000 + 30_000;
+    const third = await runAt(client, slidingCounterScript, thirdMs, key, [...args, 1]);
+    // (600 - 1 x 30 - 1 x 60) / 60 = 8.5: room for 8 more.
+    assert.deepEqual(third.slice(0, 2), [1, 8], `only the 1 of the last window weighs, by half: ${third}`);
   });
 });

@@ -33,7 +33,7 @@ const used: Record<string, LuaScript> = {
 const pinned: Record<string, string> = {
   'fixed-window': 'd0280d71ecff7c2ab9b39c9bce7433314c652d86',
   'sliding-log': 'cbaf1c93e3b43ef65979281ff0865d816396dc5f',
-  'sliding-counter': '20484691fb5d44b3537fa1b0c5e7b8a0ec640ce4',
+  'sliding-counter': '5f7d6e87cd460bd1663b412f92497b11a023d22c',
   'token-bucket': '1f49897c9f735a12fff65aafc17a340817237afc',
 };
 
