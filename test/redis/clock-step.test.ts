@@ -6,12 +6,15 @@
 // is run with TIME pinned (the same source, `redis.call('TIME')` replaced by a literal): decisions
 // at A, then at B = A - STEP_MS and later, exactly as a Redis whose clock stepped back would run
 // them. Pinned times are a day ahead of the real clock so absolute expiries (PEXPIREAT) stay in
-// them. Pinned times are a day ahead of the real clock so absolute expiries (PEXPIREAT) stay in
-// the future.
+// the future. The fixed window keeps only a sign in its value and tells its window by the key's
+// expiry, which Redis checks on its real clock; so its test writes, with plain commands, the key a
+// Redis ahead of the real clock would have left, and calls the real limiter.
 import assert from 'node:assert/strict';
 import { after, before, describe, it } from 'node:test';
 import type { Redis } from 'ioredis';
 import {
+  createRedisFixedWindow,
+  ioredisAdapter,
   type LuaScript,
   slidingCounterScript,
   slidingLogScript,
@@ -117,5 +120,32 @@ describe('Redis clock stepped back', { skip: !redisServerAvailable() && process.
     const third = await runAt(client, slidingCounterScript, thirdMs, key, [...args, 1]);
     // (600 - 1 x 30 - 1 x 60) / 60 = 8.5: room for 8 more.
     assert.deepEqual(third.slice(0, 2), [1, 8], `only the 1 of the last window weighs, by half: ${third}`);
+  });
+
+  it('fixed window: a count of a later window (its key expiring after this window) carries over, not a fresh window', async () => {
+    const redis = ioredisAdapter(client);
+    const windowMs = 1_000_000_000; // ~11.6 days: the test never straddles a real window boundary
+    const limiter = createRedisFixedWindow({ redis, prefix: 'step', limit: 5, windowMs });
+    const nowMs = await redisTimeMs(client);
+    const windowStartMs = nowMs - (nowMs % windowMs);
+    const resetAtMs = windowStartMs + windowMs;
+    // What a Redis one window ahead leaves after admitting 5: the next window's sign and end.
+    const nextIsEven = ((windowStartMs + windowMs) / windowMs) % 2 === 0;
+    await client.set('step:{fw}:fw', nextIsEven ? -5 : 5);
+    await client.pexpireat('step:{fw}:fw', resetAtMs + windowMs);
+    const decisions = [];
+    for (let i = 0; i < 5; i++) decisions.push(await limiter.limit('fw'));
+    assert.deepEqual(
+      decisions.map((d) => d.allowed),
+      [false, false, false, false, false],
+      'the 5 admitted before the step still count',
+    );
+    const first = decisions[0]!;
+    assert.equal(first.remaining, 0);
+    assert.equal(first.resetAtMs, resetAtMs, 'until the end of this window, which is before the step ends');
+    assert.ok(first.retryAfterMs <= resetAtMs - nowMs, `retryAfterMs ${first.retryAfterMs}`);
+    // Carried into this window with this window's expiry: the key is back to its usual form.
+    assert.equal(Number(await client.get('step:{fw}:fw')), nextIsEven ? 5 : -5);
+    assert.equal(await client.pexpiretime('step:{fw}:fw'), resetAtMs);
   });
 });

@@ -133,7 +133,9 @@ describe('Redis limiter keys', { skip: !redisServerAvailable() && process.env.CI
   it("fixed window: a count still visible from the previous window is restarted, this window's is kept", async () => {
     // Redis checks expiry at the script's start time and keeps a key alive through its expiry
     // millisecond, so the previous window's count can be read in the first moment of the next. The
-    // count's sign tells the two apart; here the leftover is planted with a long TTL.
+    // count's sign tells the two apart. Such a key expires at this window's start and cannot be
+    // planted visible, so the leftover here expires at this window's end: a wrong-sign key that
+    // expires after it is a later window's (a clock stepped back, test/redis/clock-step.test.ts).
     const windowMs = 60_000;
     const limiter = createRedisFixedWindow({
       redis: ioredisAdapter(client),
@@ -145,7 +147,7 @@ describe('Redis limiter keys', { skip: !redisServerAvailable() && process.env.CI
       const beforeMs = await redisNowMs();
       const windowIndex = Math.floor(beforeMs / windowMs);
       const thisSign = windowIndex % 2 === 0 ? -1 : 1;
-      await client.set('sign:{old}:fw', -thisSign * 7, 'PX', 5 * windowMs);
+      await client.set('sign:{old}:fw', -thisSign * 7, 'PXAT', (windowIndex + 1) * windowMs);
       await client.set('sign:{cur}:fw', thisSign * 7, 'PX', 5 * windowMs);
       const old = await limiter.limit('old');
       const cur = await limiter.limit('cur');

@@ -31,7 +31,7 @@ const used: Record<string, LuaScript> = {
 // Changing a script changes its SHA: servers then cache both versions, and anyone pinning SHAs
 // (e.g. pre-loading with SCRIPT LOAD) must update. Update these pins deliberately, with a CHANGELOG line.
 const pinned: Record<string, string> = {
-  'fixed-window': 'd0280d71ecff7c2ab9b39c9bce7433314c652d86',
+  'fixed-window': '62813ff3c3947039f67545a457bac83f1e8b9612',
   'sliding-log': 'cbaf1c93e3b43ef65979281ff0865d816396dc5f',
   'sliding-counter': '5f7d6e87cd460bd1663b412f92497b11a023d22c',
   'token-bucket': '1f49897c9f735a12fff65aafc17a340817237afc',

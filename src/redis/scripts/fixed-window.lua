@@ -18,6 +18,17 @@
 -- started (and keeps a key alive through its expiry millisecond), so a key of the previous window
 -- can still be visible in the first moment of the next. Its sign is then the wrong one, and it is
 -- restarted instead of counted. Cheaper than a hash with the window start: GET, then INCRBY.
+--
+-- A count with the wrong sign may instead be a later window's, when the Redis clock stepped back
+-- (a failover to a host behind, an NTP step): its key then expires after this window ends (keys
+-- expire at their window's end), where a previous window's expires at this window's start; the
+-- test is halfway between, so a millisecond of rounding between TIME and PTTL cannot confuse
+-- them. Only then is PTTL read (an O(1) read on the rare wrong-sign path). The later window's count is
+-- carried into this window instead of restarted, which would admit a full limit again; counted
+-- calls rewrite it with this window's sign and end even when rejected. A later window's count
+-- with the right sign (a step of an even number of windows) is counted as this window's, and
+-- carried once more in the next. Either way nothing extra is admitted, and the key rejects for
+-- less than the step, at most two windows.
 local time = redis.call('TIME')
 local now_us = time[1] * 1000000 + time[2]
 -- Past its deadline the call is skipped before any read or write: a Redis resuming from a pause
@@ -49,7 +60,15 @@ if type(stored) == 'table' then
 end
 stored = tonumber(stored)
 local count = 0
-if stored and stored * sign > 0 then count = stored * sign end
+if stored and stored * sign > 0 then
+  count = stored * sign
+elseif stored and stored ~= 0 and now_ms + redis.call('PTTL', KEYS[1]) > reset_at_ms + window_ms / 2 then
+  count = -stored * sign
+  if cost > 0 then
+    redis.call('SET', KEYS[1], sign * count)
+    redis.call('PEXPIREAT', KEYS[1], reset_at_ms)
+  end
+end
 
 if count + cost > limit then
   return {0, limit - count, reset_at_ms, reset_at_ms - now_ms, now_us}
