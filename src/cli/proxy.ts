@@ -1,5 +1,6 @@
 import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
+import { setTimeout as delay } from 'node:timers/promises';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createProxyBackend } from '../http/proxy/proxy-backend.js';
 import { addProxyKeyMetrics, createProxyMetrics } from '../http/proxy/proxy-metrics.js';
@@ -54,6 +55,14 @@ export const spec: CommandSpec = {
         'on SIGTERM, how long in-flight requests may take before their connections are cut (at most 86400000)',
       defaultText: '10000',
     },
+    'shutdown-delay-ms': {
+      type: 'string',
+      valueName: 'ms',
+      description:
+        'on SIGTERM, keep accepting and serving for this long, with /healthz answering 503, before the drain ' +
+        'starts: Kubernetes removes a stopping pod from its endpoints asynchronously (at most 86400000)',
+      defaultText: '0',
+    },
     'log-level': {
       type: 'string',
       valueName: 'level',
@@ -79,6 +88,7 @@ export function run(argv: string[]): Promise<number> {
     const id = stringFlag(values, 'id') ?? `proxy-${hostname()}-${process.pid}`;
     // At most a day: the shutdown guard (this + 10 s) must fit Node's 32-bit timers, or it fires at once.
     const drainTimeoutMs = numberFlag(values, 'drain-timeout-ms', 10_000, { min: 0, max: 86_400_000 });
+    const shutdownDelayMs = numberFlag(values, 'shutdown-delay-ms', 0, { min: 0, max: 86_400_000 });
     const logger = createLogger({
       component: 'proxy',
       id,
@@ -136,6 +146,8 @@ export function run(argv: string[]): Promise<number> {
     }
     backend.start();
     let lastReloadError: string | undefined;
+    /** SIGTERM (or SIGINT) came: /healthz answers 503 through the shutdown delay and the drain. */
+    let stopping = false;
     /** The text of the last reload attempted (or the start's): the watcher's events re-read the file. */
     let attemptedText = configText;
 
@@ -204,11 +216,13 @@ export function run(argv: string[]): Promise<number> {
         host: ops.host,
         port: ops.port,
         registry: metrics.registry,
-        // Unhealthy while draining, so a load balancer stops sending before connections close.
+        // Unhealthy from SIGTERM on (the shutdown delay, then the drain), so a load balancer stops
+        // sending before connections close.
         health: () => {
           const snapshot = backend.globalLimiter?.snapshot();
           return {
-            ok: !proxy.draining,
+            ok: !stopping,
+            stopping,
             draining: proxy.draining,
             backend: backend.kind,
             buckets: rules.buckets.length,
@@ -241,6 +255,16 @@ export function run(argv: string[]): Promise<number> {
 
     reloadOnSignal = () => reload('SIGHUP');
     await stopRequested;
+    stopping = true;
+    if (shutdownDelayMs > 0) {
+      // Kubernetes sends SIGTERM as it starts removing the pod from its Services' endpoints, and
+      // kube-proxies, ingresses and meshes apply that a few seconds later: until then they still
+      // route new connections here, which a proxy that stopped accepting would refuse. It keeps
+      // serving meanwhile (kube-apiserver's --shutdown-delay-duration, Traefik's
+      // requestAcceptGraceTimeout). A second signal still ends the process at once.
+      logger.info({ shutdownDelayMs }, 'shutdown delay: still serving while endpoints drop this pod');
+      await delay(shutdownDelayMs);
+    }
     await shutdownWithin(logger, drainTimeoutMs + 10_000, async () => {
       watcher.close();
       const { forcedConnections } = await proxy.close({ drainTimeoutMs });

@@ -3,7 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parseAllDocuments } from 'yaml';
-import { type CommandSpec, parseFlags } from '../../src/cli/command-line.js';
+import { type CommandSpec, numberFlag, parseFlags } from '../../src/cli/command-line.js';
 import { subcommands } from '../../src/cli/main.js';
 import { compileLimits, matchBucket } from '../../src/config/compile-limits.js';
 import { parseLimitsConfig } from '../../src/config/limits-config.js';
@@ -34,6 +34,7 @@ interface Container {
   volumeMounts?: { name: string; mountPath: string }[];
   readinessProbe?: { httpGet?: { path: string; port: string | number } };
   livenessProbe?: { httpGet?: { path: string; port: string | number } };
+  lifecycle?: { preStop?: { sleep?: { seconds: number }; exec?: { command: string[] } } };
 }
 interface Volume {
   name: string;
@@ -46,6 +47,7 @@ interface PodSpec {
   containers: Container[];
   initContainers?: Container[];
   volumes?: Volume[];
+  terminationGracePeriodSeconds?: number;
 }
 interface Manifest {
   apiVersion: string;
@@ -99,6 +101,16 @@ function flagValue(args: string[], flag: string): string | undefined {
   return index >= 0 ? args[index + 1] : undefined;
 }
 
+/** How long a container's preStop hook holds its SIGTERM back: a `sleep` action, or `exec` of `sleep N`. */
+function preStopMs(container: Container): number {
+  const hook = container.lifecycle?.preStop;
+  if (hook === undefined) return 0;
+  if (hook.sleep) return hook.sleep.seconds * 1000;
+  const command = hook.exec?.command ?? [];
+  assert.equal(command[0], 'sleep', `${container.name}: a preStop hook this test can time (sleep N)`);
+  return Number(command[1]) * 1000;
+}
+
 function portOf(hostPort: string): number {
   return Number(/:(\d+)$/.exec(hostPort)![1]);
 }
@@ -140,6 +152,47 @@ describe('deploy/k8s manifests', () => {
       assert.equal(help, false, where);
       for (const arg of rest.filter((a) => a.startsWith('--'))) {
         assert.ok(arg.slice(2) in spec.flags, `${where}: ${arg} is a flag of spillway ${command}`);
+      }
+    }
+  });
+
+  it('proxy pods shut down in order: served through endpoint removal, drained, the app last, all inside the grace period', async () => {
+    const spec = await specOf('proxy');
+    const proxies = spillwayContainers().filter(({ container }) => container.args![0] === 'proxy');
+    assert.ok(proxies.length >= 1);
+    for (const { deployment, container } of proxies) {
+      const where = `${deployment.metadata.name}/${container.name}`;
+      const { values } = parseFlags(spec, container.args!.slice(1));
+      // The command's own defaults: 0 and 10 s (src/cli/proxy.ts).
+      const delayMs = numberFlag(values, 'shutdown-delay-ms', 0);
+      const drainMs = numberFlag(values, 'drain-timeout-ms', 10_000);
+      // Kubernetes drops a stopping pod from its endpoints asynchronously: without a delay (or a
+      // preStop sleep) the proxy refuses connections still routed to it.
+      const acceptsForMs = preStopMs(container) + delayMs;
+      assert.ok(
+        acceptsForMs >= 3_000,
+        `${where}: keeps accepting ${acceptsForMs} ms after the pod starts stopping`,
+      );
+      const proxyDoneMs = acceptsForMs + drainMs;
+      const pod = deployment.spec!.template!.spec;
+      // Kubernetes' default grace period is 30 s.
+      const graceMs = (pod.terminationGracePeriodSeconds ?? 30) * 1000;
+      assert.ok(
+        graceMs > proxyDoneMs,
+        `${where}: terminationGracePeriodSeconds (${graceMs} ms) exceeds preStop + --shutdown-delay-ms + --drain-timeout-ms (${proxyDoneMs} ms)`,
+      );
+      // Every container gets SIGTERM at once: the app must still answer what the proxy forwards
+      // until the proxy is done.
+      for (const other of pod.containers.filter((c) => c !== container)) {
+        const otherStopsMs = preStopMs(other);
+        assert.ok(
+          otherStopsMs >= proxyDoneMs,
+          `${deployment.metadata.name}/${other.name}: its preStop (${otherStopsMs} ms) outlasts the proxy's delay and drain (${proxyDoneMs} ms)`,
+        );
+        assert.ok(
+          graceMs > otherStopsMs,
+          `${deployment.metadata.name}/${other.name}: preStop fits the grace period`,
+        );
       }
     }
   });

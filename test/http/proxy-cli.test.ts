@@ -148,6 +148,44 @@ describe('spillway proxy (process)', { timeout: 60_000 }, () => {
     assert.equal(await p.exited, 0);
   });
 
+  it('with --shutdown-delay-ms keeps accepting new connections after SIGTERM, reporting 503 on /healthz, then drains and exits 0', async (t) => {
+    const upstream = await startUpstream((_req, res) => res.end('served'));
+    t.after(upstream.close);
+    const file = join(dir, 'delay.yaml');
+    writeFileSync(file, rules(upstream.url, 100));
+    const delayMs = 4_000;
+    const p = await startSpillway('proxy', [
+      'proxy',
+      '--config',
+      file,
+      '--listen',
+      ':0',
+      '--ops',
+      ':0',
+      '--shutdown-delay-ms',
+      String(delayMs),
+    ]);
+    started.push(p);
+    const base = `http://${proxyAddress(p)}`;
+    const signalledMs = performance.now();
+    p.child.kill('SIGTERM');
+    await until('not ready is reported', async () => {
+      const response = await fetch(`http://${p.ops}/healthz`).catch(() => undefined);
+      return response?.status === 503 && ((await response.json()) as { stopping: boolean }).stopping;
+    });
+    // A new connection (send uses no keep-alive agent), as from a peer whose endpoints are not yet updated.
+    const late = await send(`${base}/late`);
+    const answeredMs = performance.now() - signalledMs;
+    assert.ok(
+      answeredMs < delayMs,
+      `answered ${answeredMs} ms after SIGTERM: inside the delay, not after it`,
+    );
+    assert.equal(late.status, 200);
+    assert.equal(late.body, 'served');
+    assert.equal(await p.exited, 0);
+    assert.ok(performance.now() - signalledMs >= delayMs, 'the drain waits for the delay');
+  });
+
   it('reloads a rules file mounted as Kubernetes mounts a ConfigMap: the ..data symlink swapped', async (t) => {
     const upstream = await startUpstream();
     t.after(upstream.close);
