@@ -670,6 +670,40 @@ describe('spillway proxy: forwarding', () => {
     );
   });
 
+  it('answers OPTIONS * (asterisk-form) itself with 200 and the methods it forwards, keeping the connection', async () => {
+    const { upstream, proxy } = await setup(
+      `${LOCAL}buckets:\n  - name: all\n    limit: 1\n    windowSec: 60\n`,
+    );
+    // Pipelined: the connection carries the next request after it. fetch cannot send `*`.
+    const response = await rawExchange(
+      proxy.proxy.port,
+      'OPTIONS * HTTP/1.1\r\nHost: shop.example\r\n\r\n' +
+        'GET /after HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n',
+    );
+    const [first, second] = response.split(/\r\n\r\n/);
+    const lines = first!.split('\r\n');
+    assert.equal(lines[0], 'HTTP/1.1 200 OK');
+    assert.ok(lines.includes('allow: GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE'), first);
+    assert.ok(lines.includes('content-length: 0'), first);
+    assert.ok(!lines.includes('connection: close'), first);
+    assert.ok(second!.startsWith('HTTP/1.1 200 OK'), `the pipelined request is answered: ${second}`);
+    assert.deepEqual(
+      upstream.seen.map((req) => `${req.method} ${req.url}`),
+      ['GET /after'],
+      'OPTIONS * is not forwarded, and spends nothing of a bucket',
+    );
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'answered_locally' }),
+      1,
+    );
+    // Any other method with the asterisk form is still refused.
+    const other = await rawExchange(
+      proxy.proxy.port,
+      'GET * HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n',
+    );
+    assert.match(other, /^HTTP\/1\.1 400 /);
+  });
+
   it('a client that goes away aborts the upstream request', async () => {
     let upstreamClosedEarly = false;
     const upstream = await startUpstream((_req, res) => {

@@ -24,7 +24,9 @@ export type ProxyOutcome =
   /** The request body paused longer than `server.bodyTimeoutMs` (408 or a cut response), or the client took no response bytes for `server.sendTimeoutMs` (cut); upstream request aborted. */
   | 'client_timeout'
   /** The request could not be forwarded as sent (bad target, CONNECT): 4xx from the proxy. */
-  | 'bad_request';
+  | 'bad_request'
+  /** Answered by the proxy itself, never forwarded: `OPTIONS *` (200 with `Allow`). */
+  | 'answered_locally';
 
 /** One bucket decision: `would_drop` is a shadow bucket's rejection (admitted), `error` a limiter that threw (admitted). */
 export type DecisionResult = 'allowed' | 'rejected' | 'would_drop' | 'fail_open' | 'fail_closed' | 'error';
@@ -51,6 +53,7 @@ const OUTCOMES: readonly ProxyOutcome[] = [
   'client_abort',
   'client_timeout',
   'bad_request',
+  'answered_locally',
 ];
 const RESULTS: readonly DecisionResult[] = [
   'allowed',
@@ -76,7 +79,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);
   new Counter({
     name: 'spillway_proxy_requests_total',
-    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request).',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally).',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {

@@ -104,6 +104,9 @@ interface Verdict {
 
 const LOG_INTERVAL_MS = 10_000;
 
+/** What the proxy takes and forwards: the standard methods but CONNECT (others are forwarded too). */
+const FORWARDED_METHODS = 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE';
+
 /** Shared, never mutated: most requests match no bucket or carry no RateLimit fields. */
 const NO_HEADERS: Record<string, string> = Object.freeze({}) as Record<string, string>;
 const ALLOW_UNLIMITED: Verdict = Object.freeze({ allowed: true, visible: [], rejectedBy: [] });
@@ -208,14 +211,14 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   );
   // Node hands CONNECT to 'connect', never to 'request' (with no listener it just drops the
   // connection): a reverse proxy opens no tunnels to arbitrary hosts. A 405 must list what is
-  // allowed (RFC 9110 §15.5.6): every other method is forwarded, so the standard ones but CONNECT.
+  // allowed (RFC 9110 §15.5.6).
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy());
     metrics.request('bad_request');
     writeRawResponse(
       socket,
       405,
-      { allow: 'GET, HEAD, POST, PUT, PATCH, DELETE, OPTIONS, TRACE' },
+      { allow: FORWARDED_METHODS },
       {
         error: 'bad_request',
         message: 'CONNECT is not supported by this reverse proxy',
@@ -238,6 +241,10 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     res.on('close', () => exchange.closed());
     try {
       if (draining) res.setHeader('connection', 'close');
+      if (req.url === '*' && req.method === 'OPTIONS') {
+        answerServerOptions(req, res);
+        return;
+      }
       const target = requestTarget(req);
       if (target === undefined) {
         metrics.request('bad_request');
@@ -257,6 +264,24 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     } catch (error) {
       exchange.failed(error);
     }
+  }
+
+  /**
+   * `OPTIONS *` (asterisk form, RFC 9112 §3.2.4) asks about the server as a whole, not a resource;
+   * RFC 9110 §9.3.7 calls it useful only as a ping or to test a server's capabilities. The proxy is
+   * the server its clients talk to, so it answers itself: 200, and in `Allow` the methods it takes
+   * and forwards. It cannot forward the question: undici sends only origin-form and absolute-form
+   * targets (its request validation refuses `*`), and a side channel around the pool would escape
+   * `upstream.connections` and the queue. nginx answers 400 and Envoy refuses it too, which fails
+   * clients and monitors that ping with it; IIS answers 200 with `Allow`, as here. No bucket is
+   * decided: nothing reaches the upstream.
+   */
+  function answerServerOptions(req: IncomingMessage, res: ServerResponse): void {
+    metrics.request('answered_locally');
+    // A body (none is defined for it) is not read: the connection closes instead.
+    if (hasBody(req)) res.setHeader('connection', 'close');
+    res.writeHead(200, { allow: FORWARDED_METHODS, 'content-length': 0 });
+    res.end();
   }
 
   function decide(rules: ActiveRules, req: IncomingMessage): Verdict | Promise<Verdict> {
