@@ -171,6 +171,7 @@ describe('RequestBody: the client and upstream bounds', () => {
         reports.push({ kind: 'idle', timeoutMs, atMs: performance.now() - startedMs }),
       bodyStuckUpstream: (timeoutMs: number) =>
         reports.push({ kind: 'stuck', timeoutMs, atMs: performance.now() - startedMs }),
+      bodyTooSlow: () => reports.push({ kind: 'slow', timeoutMs: 0, atMs: performance.now() - startedMs }),
     };
     const body = new RequestBody(req, owner, idleTimeoutMs, sendTimeoutMs);
     return { body, pending, reports };

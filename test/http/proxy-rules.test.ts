@@ -321,6 +321,14 @@ describe('rules file', () => {
       'r.yaml:7:18: server.bodyTimeoutMs: must be >= 0, got -1',
     ],
     [
+      'server:\n  bodyTimeoutMs: 0\n  bodyMinBytesPerSec: 100\nbuckets: []\n',
+      'r.yaml:8:23: server.bodyMinBytesPerSec: needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
+    ],
+    [
+      'server:\n  bodyMinBytesPerSec: 0.5\nbuckets: []\n',
+      'r.yaml:7:23: server.bodyMinBytesPerSec: expected int, got 0.5',
+    ],
+    [
       'server:\n  upgradeIdleTimeoutMs: 1.5\nbuckets: []\n',
       'r.yaml:7:25: server.upgradeIdleTimeoutMs: expected int, got 1.5',
     ],
@@ -466,6 +474,12 @@ describe('rules file', () => {
     assert.equal(rules.upstream.headersTimeoutMs, 30_000);
     assert.equal(rules.server.upgradeIdleTimeoutMs, 60_000);
     assert.equal(rules.server.bodyTimeoutMs, 60_000);
+    assert.equal(rules.server.bodyMinBytesPerSec, 500);
+    // No pause bound, no grace: no rate bound either, as before the rate existed.
+    assert.equal(
+      parseProxyRules(`${head}server:\n  bodyTimeoutMs: 0\nbuckets: []\n`).server.bodyMinBytesPerSec,
+      0,
+    );
     assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');
     assert.equal(rules.buckets[0]!.key.source, 'a');

@@ -335,6 +335,41 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     req.destroy();
   });
 
+  it('answers 408 to a body trickled a byte at a time, each pause under server.bodyTimeoutMs, once it falls behind the minimum rate', async () => {
+    let upstreamLength: Promise<number> | undefined;
+    // The default minimum rate (500 bytes/s) with a 1 s grace: each byte earns 2 ms.
+    const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 1000\n'), (req, res) => {
+      upstreamLength = bodyLength(req);
+      void upstreamLength.then((length) => res.end(`got ${length}`));
+    });
+    const totalBytes = 40;
+    const { req, response } = upload(`${proxy.base}/upload`, totalBytes);
+    req.on('error', () => {});
+    let answered = false;
+    void response.then(() => {
+      answered = true;
+    });
+    // Slowloris on the body: one byte per 250 ms, a quarter of the pause bound, 4 bytes/s. Before
+    // the bound, all 40 bytes (10 s) went through and the upstream answered 200.
+    let sent = 0;
+    while (!answered && sent < totalBytes) {
+      req.write('x');
+      sent++;
+      await Promise.race([response, new Promise((resolve) => setTimeout(resolve, 250))]);
+    }
+    const result = await response;
+    assert.equal(result.status, 408, `after ${sent} bytes: ${result.body}`);
+    assert.equal(result.headers.connection, 'close');
+    const body = JSON.parse(result.body) as { error: string; message: string };
+    assert.equal(body.error, 'client_timeout');
+    assert.match(body.message, /^the request body came slower than 500 bytes\/s: \d+ bytes in \d+ ms$/);
+    // 1 s of grace plus 2 ms a byte: cut after about 4 bytes, far from all 40.
+    assert.ok(sent < 10, `cut after ${sent} bytes`);
+    assert.equal(await upstreamLength, -1, 'the upstream sees the upload cut, its connection freed');
+    assert.equal(await outcome(proxy, 'client_timeout'), 1);
+    req.destroy();
+  });
+
   it('cuts the response when the body pauses too long after the upstream started answering', async () => {
     const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), (req, res) => {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });

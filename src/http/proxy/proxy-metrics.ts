@@ -21,7 +21,7 @@ export type ProxyOutcome =
   | 'upstream_queue_full'
   /** The client went away before the response was complete; the upstream request was aborted (or never sent). */
   | 'client_abort'
-  /** The request body paused longer than `server.bodyTimeoutMs` (408 or a cut response), or the client took no response bytes for `server.sendTimeoutMs` (cut); upstream request aborted. */
+  /** The request body paused longer than `server.bodyTimeoutMs` or came slower than `server.bodyMinBytesPerSec` (408 or a cut response), or the client took no response bytes for `server.sendTimeoutMs` (cut); upstream request aborted. */
   | 'client_timeout'
   /** The request could not be forwarded as sent (bad target, CONNECT): 4xx from the proxy. */
   | 'bad_request'

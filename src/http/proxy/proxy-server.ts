@@ -484,7 +484,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         preserveHost: upstream.preserveHost,
       });
       this.body = hasBody(req)
-        ? new RequestBody(req, this, rules.rules.server.bodyTimeoutMs, upstream.sendTimeoutMs)
+        ? new RequestBody(
+            req,
+            this,
+            rules.rules.server.bodyTimeoutMs,
+            upstream.sendTimeoutMs,
+            rules.rules.server.bodyMinBytesPerSec,
+          )
         : null;
       this.limitHeaders = limitHeaders;
       this.forwarded = true;
@@ -602,6 +608,16 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     bodyIdle(timeoutMs: number): void {
       // The client is the stalled side: nothing to read and drop after the answer.
       this.bodyStalled('client_timeout', 408, `no request body bytes for ${timeoutMs} ms`, false);
+    }
+
+    /** The request body came slower than `server.bodyMinBytesPerSec`: 408, or a cut response. */
+    bodyTooSlow(receivedBytes: number, waitedMs: number, minBytesPerSec: number): void {
+      this.bodyStalled(
+        'client_timeout',
+        408,
+        `the request body came slower than ${minBytesPerSec} bytes/s: ${receivedBytes} bytes in ${Math.round(waitedMs)} ms`,
+        false,
+      );
     }
 
     /** The upstream took no request body bytes for `timeoutMs`: 504, or a cut response. */

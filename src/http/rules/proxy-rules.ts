@@ -64,6 +64,16 @@ const serverSchema = z.strictObject({
    */
   bodyTimeoutMs: timeoutMs.default(60_000),
   /**
+   * The slowest a request body may come on average, counted over the time the proxy waited for it
+   * (ready to read, as for `bodyTimeoutMs`), after a grace of `bodyTimeoutMs`: a body may take
+   * `bodyTimeoutMs` + its bytes / this of such waiting, then it gets a 408 (Apache's
+   * mod_reqtimeout `body=…,MinRate=500`). `bodyTimeoutMs` bounds pauses, not pace: without this a
+   * client sending a byte every few seconds holds its connection and a pooled upstream connection
+   * for ever. Absent: 500 bytes/s (4 kbit/s, slower than any live link), or 0 when
+   * `bodyTimeoutMs` is 0. 0 disables. Resolved in `parseProxyRules`.
+   */
+  bodyMinBytesPerSec: z.number().int().min(0).max(1_000_000_000).optional(),
+  /**
    * A client that takes no response bytes for this long while the proxy has some for it: the
    * response is cut and its upstream request aborted. 60 s, as nginx's send_timeout: without it a
    * client that asks for large responses and never reads them holds a pooled upstream connection
@@ -211,7 +221,13 @@ const rulesSchema = z.strictObject({
 });
 
 export type UpstreamConfig = z.output<typeof upstreamSchema>;
-export type ServerConfig = z.output<typeof serverSchema>;
+export type ServerConfig = Omit<z.output<typeof serverSchema>, 'bodyMinBytesPerSec'> & {
+  /** Resolved: 0 when disabled. */
+  bodyMinBytesPerSec: number;
+};
+
+/** `server.bodyMinBytesPerSec` when the file does not set it (and `bodyTimeoutMs` is not 0). */
+export const DEFAULT_BODY_MIN_BYTES_PER_SEC = 500;
 export type BackendConfig = z.output<typeof backendSchema>;
 export type RoutingConfig = z.output<typeof routingSchema>;
 export type BucketConfig = z.output<typeof bucketSchema>;
@@ -284,6 +300,20 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
   if (url.username || url.password) {
     return { issue: { path: ['upstream', 'url'], message: 'must not carry credentials' } };
   }
+  const { bodyMinBytesPerSec, bodyTimeoutMs } = raw.server;
+  if (bodyMinBytesPerSec !== undefined && bodyMinBytesPerSec > 0 && bodyTimeoutMs === 0) {
+    return {
+      issue: {
+        path: ['server', 'bodyMinBytesPerSec'],
+        message:
+          'needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
+      },
+    };
+  }
+  const server: ServerConfig = {
+    ...raw.server,
+    bodyMinBytesPerSec: bodyMinBytesPerSec ?? (bodyTimeoutMs > 0 ? DEFAULT_BODY_MIN_BYTES_PER_SEC : 0),
+  };
   try {
     createClientAddressResolver(raw.clientAddress);
   } catch (error) {
@@ -380,7 +410,7 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
   return {
     value: {
       upstream: raw.upstream,
-      server: raw.server,
+      server,
       clientAddress: raw.clientAddress,
       routing: raw.routing,
       backend: raw.backend,
