@@ -8,6 +8,7 @@ import {
 import type { LimitsConfig, RatioPolicySpec } from '../config/limits-config.js';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { selectBusiest } from '../core/select-busiest.js';
 import {
   type Directive,
   DirectiveSchema,
@@ -129,6 +130,17 @@ export interface ControllerCounters {
   clippedUsages: Partial<Record<TierName, number>>;
 }
 
+/**
+ * Bounds on a snapshot, for readers that show a page of it every tick (the dashboard): the full
+ * lists are 100,000s of objects built and sorted on the controller's event loop.
+ */
+export interface ControllerSnapshotOptions {
+  /** Only the busiest this many buckets by offered rate, still sorted by key. Default: every bucket. */
+  maxBuckets?: number;
+  /** Only the first this many children by id. Default: every child. */
+  maxChildren?: number;
+}
+
 export interface ControllerSnapshot {
   id: string;
   epoch: number;
@@ -137,10 +149,16 @@ export interface ControllerSnapshot {
   nowMs: number;
   intervalMs: number;
   ratioPolicy: RatioPolicySpec;
-  /** Sorted by key. */
+  /** Sorted by key; the busiest `maxBuckets` only when that option is given. */
   buckets: ControllerBucketSnapshot[];
-  /** Sorted by id. */
+  /** Every bucket tracked, whether listed or not. */
+  bucketsTotal: number;
+  /** Sorted by id; the first `maxChildren` only when that option is given. */
   children: ControllerChildSnapshot[];
+  /** Every child tracked, whether listed or not. */
+  childrenTotal: number;
+  /** Data-plane hosts the children speak for, over every child. */
+  hostsTotal: number;
   /** Up to `maxUnknownKeys` distinct unknown keys seen (oldest first). */
   unknownBucketKeys: string[];
   counters: ControllerCounters;
@@ -161,7 +179,7 @@ export interface Controller {
   tick(): void;
   /** Swap limits; per-bucket state (smoothing memory) survives for buckets that still match a rule. */
   updateConfig(config: LimitsConfig): void;
-  snapshot(): ControllerSnapshot;
+  snapshot(options?: ControllerSnapshotOptions): ControllerSnapshot;
   readonly epoch: number;
 }
 
@@ -771,9 +789,17 @@ export function createController(options: ControllerOptions): Controller {
     );
   }
 
-  function snapshot(): ControllerSnapshot {
+  function snapshot(bounds: ControllerSnapshotOptions = {}): ControllerSnapshot {
+    const listBuckets = bounds.maxBuckets ?? Number.POSITIVE_INFINITY;
+    const listChildren = bounds.maxChildren ?? Number.POSITIVE_INFINITY;
+    // Bounded: one pass over the offered rates (a typed sort, no objects) picks the buckets, and
+    // only those are copied and sorted; an idle page costs the same at 10 buckets or 100,000.
+    const listed =
+      buckets.size <= listBuckets
+        ? buckets.values()
+        : selectBusiest([...buckets.values()], listBuckets, (b) => b.total.offeredRps);
     const bucketList: ControllerBucketSnapshot[] = [];
-    for (const bucket of buckets.values()) {
+    for (const bucket of listed) {
       const total = bucket.total;
       const out: ControllerBucketSnapshot = {
         key: bucket.key,
@@ -803,18 +829,25 @@ export function createController(options: ControllerOptions): Controller {
       bucketList.push(out);
     }
     bucketList.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
-    const childList: ControllerChildSnapshot[] = [...children.values()]
-      .map((child) => ({
-        id: child.id,
-        tier: child.tier,
-        zone: child.zone,
-        region: child.region,
-        lastSeenMs: child.lastSeenMs,
-        hostCount: child.hostCount,
-        buckets: child.usage.length,
-        sequence: Number(child.sequences.last),
-      }))
-      .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0));
+    let hostsTotal = 0;
+    for (const child of children.values()) hostsTotal += child.hostCount;
+    // The controller's own `maxChildren` (10,000) bounds this sort: cheap next to a tick.
+    const childList: ControllerChildSnapshot[] =
+      listChildren <= 0
+        ? []
+        : [...children.values()]
+            .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
+            .slice(0, listChildren)
+            .map((child) => ({
+              id: child.id,
+              tier: child.tier,
+              zone: child.zone,
+              region: child.region,
+              lastSeenMs: child.lastSeenMs,
+              hostCount: child.hostCount,
+              buckets: child.usage.length,
+              sequence: Number(child.sequences.last),
+            }));
     return {
       id: options.id,
       epoch,
@@ -823,7 +856,10 @@ export function createController(options: ControllerOptions): Controller {
       intervalMs: limits.config.intervalMs,
       ratioPolicy: policy.spec,
       buckets: bucketList,
+      bucketsTotal: buckets.size,
       children: childList,
+      childrenTotal: children.size,
+      hostsTotal,
       unknownBucketKeys: [...unknownKeys],
       counters: {
         ...counters,

@@ -19,6 +19,7 @@ export type {
   ControllerCounters,
   ControllerOptions,
   ControllerSnapshot,
+  ControllerSnapshotOptions,
 } from './controller.js';
 export { createController } from './controller.js';
 export { computeDropRatio } from './drop-ratio.js';

@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
-import type { ControllerSnapshot } from '../control/controller.js';
+import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
 import { formatHostPort } from '../core/host-port.js';
 import type { Logger } from '../ops/logger.js';
 import type { AdminActions, AdminActor } from './admin-actions.js';
@@ -19,7 +19,8 @@ export interface DashboardServerOptions {
   host?: string;
   /** Default 0 (any free port; read the real one from `address`). */
   port?: number;
-  controller: { snapshot(): ControllerSnapshot };
+  /** Asked for bounded snapshots: the view's buckets and children, no more. */
+  controller: { snapshot(options?: ControllerSnapshotOptions): ControllerSnapshot };
   overrides: AdminOverrides;
   admin: AdminActions;
   /** Bearer token for admin actions. Absent: admin actions answer 403, read-only views stay open. */
@@ -42,7 +43,11 @@ export interface DashboardServer {
   readonly port: number;
   /** `http://host:port/` */
   readonly url: string;
-  /** Call after every controller tick: records the history and sends one event to subscribers. */
+  /**
+   * Call after every controller tick: records the history and sends one event to subscribers.
+   * Bounded work whatever the bucket count: the view's busiest buckets only, and no children or
+   * event unless a page is subscribed.
+   */
   onTick(): void;
   close(): Promise<void>;
 }
@@ -78,8 +83,16 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   });
   let lastTicks = -1;
 
-  const view = (): DashboardView =>
-    buildDashboardView(controller.snapshot(), overrides.rules(), adminToken !== undefined, options.view);
+  const maxBuckets = options.view?.maxBuckets ?? 100;
+  const maxChildren = options.view?.maxChildren ?? 200;
+  /** `children: false`: for the history alone, which keeps bucket series only. */
+  const view = ({ children = true } = {}): DashboardView =>
+    buildDashboardView(
+      controller.snapshot({ maxBuckets, maxChildren: children ? maxChildren : 0 }),
+      overrides.rules(),
+      adminToken !== undefined,
+      options.view,
+    );
 
   const server = createServer((request, response) => {
     route(request, response).catch((error: unknown) => {
@@ -229,12 +242,15 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     port,
     url: `http://${address}/`,
     onTick() {
-      const current = view();
+      // The history is kept with nobody watching (a page opened later starts with minutes of
+      // charts): the busiest `maxBuckets` of the controller, never its every bucket.
+      const watched = stream.clients > 0;
+      const current = view({ children: watched });
       // One event per controller tick, however many timers fire.
       if (current.controller.ticks === lastTicks) return;
       lastTicks = current.controller.ticks;
       history.add(current);
-      stream.publish('tick', current);
+      if (watched) stream.publish('tick', current);
     },
     close() {
       closing ??= new Promise<void>((resolve) => {

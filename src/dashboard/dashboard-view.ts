@@ -81,7 +81,8 @@ export function buildDashboardView(
   const maxBuckets = limits.maxBuckets ?? 100;
   const maxChildren = limits.maxChildren ?? 200;
   const overridden = new Set(rules.filter((r) => r.override !== undefined).map((r) => r.rule));
-  // Every tick, over up to 200,000 buckets: one typed sort of the rates, not a sort of the objects.
+  // The controller bounds its snapshot when asked (the server does); a source that lists every
+  // bucket is cut here: one typed sort of the rates, not a sort of the objects.
   const busiest =
     snapshot.buckets.length <= maxBuckets
       ? snapshot.buckets
@@ -98,7 +99,7 @@ export function buildDashboardView(
       ratioPolicy: snapshot.ratioPolicy,
     },
     buckets: busiest.map((b) => ({ ...b, overridden: overridden.has(b.rule) })),
-    bucketsTotal: snapshot.buckets.length,
+    bucketsTotal: snapshot.bucketsTotal,
     children: snapshot.children.slice(0, maxChildren).map((c) => {
       const ageMs = Math.max(0, snapshot.nowMs - c.lastSeenMs);
       return {
@@ -113,8 +114,8 @@ export function buildDashboardView(
         freshness: ageMs > lateAfterMs ? 'late' : 'fresh',
       };
     }),
-    childrenTotal: snapshot.children.length,
-    hostsTotal: snapshot.children.reduce((n, c) => n + c.hostCount, 0),
+    childrenTotal: snapshot.childrenTotal,
+    hostsTotal: snapshot.hostsTotal,
     rules,
     unknownBucketKeys: snapshot.unknownBucketKeys,
     counters: snapshot.counters,

@@ -499,4 +499,54 @@ describe('controller', () => {
     controller.updateConfig(config({ ratioPolicy: { kind: 'ewma', alpha: 0.2 } }));
     assert.deepEqual(controller.snapshot().ratioPolicy, { kind: 'plain' });
   });
+  it('a bounded snapshot lists the busiest buckets and the first children, with totals over all', () => {
+    const { clock, controller } = setup();
+    const now = clock.nowMs();
+    call(
+      controller.handleReport,
+      hostReport({
+        id: 'h2',
+        sequence: 1,
+        endMs: now,
+        buckets: [
+          { bucket: 'pay', offered: 5 },
+          { bucket: 'audit', offered: 50 },
+          { bucket: 'zonal', offered: 20 },
+        ],
+      }),
+    );
+    call(
+      controller.handleReport,
+      hostReport({
+        id: 'h1',
+        sequence: 1,
+        endMs: now,
+        buckets: [{ bucket: 'api:caller=acme', offered: 30 }],
+      }),
+    );
+    controller.tick();
+    const full = controller.snapshot();
+    const bounded = controller.snapshot({ maxBuckets: 2, maxChildren: 1 });
+    assert.deepEqual(
+      bounded.buckets.map((b) => b.key),
+      ['api:caller=acme', 'audit'],
+      'the two busiest, sorted by key',
+    );
+    assert.deepEqual(
+      bounded.buckets,
+      full.buckets.filter((b) => b.key === 'audit' || b.key === 'api:caller=acme'),
+    );
+    assert.deepEqual(
+      bounded.children.map((c) => c.id),
+      ['h1'],
+    );
+    for (const snap of [full, bounded]) {
+      assert.equal(snap.bucketsTotal, 4);
+      assert.equal(snap.childrenTotal, 2);
+      assert.equal(snap.hostsTotal, 2);
+    }
+    assert.equal(full.buckets.length, 4);
+    assert.equal(controller.snapshot({ maxBuckets: 0, maxChildren: 0 }).buckets.length, 0);
+    assert.equal(controller.snapshot({ maxBuckets: 0, maxChildren: 0 }).children.length, 0);
+  });
 });

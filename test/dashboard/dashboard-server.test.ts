@@ -248,6 +248,100 @@ describe('dashboard server (in process, manual clock)', () => {
   });
 });
 
+describe('dashboard tick cost', () => {
+  it('asks the controller for bounded snapshots only: the busiest buckets, children only when watched', async () => {
+    const clock = new ManualClock();
+    const overrides = createAdminOverrides(
+      parseLimitsConfig(`
+version: 1
+intervalMs: 1000
+buckets:
+  - template: "api:caller=*"
+    limitRps: 100
+`),
+    );
+    const controller = createController({ id: 'ctl', config: overrides.effective(), scheduler: clock });
+    const { logger } = captureLogger();
+    // What every snapshot the server took materialized: listed buckets and children.
+    const taken: { buckets: number; children: number }[] = [];
+    const counted = {
+      snapshot: (options?: Parameters<typeof controller.snapshot>[0]) => {
+        const snapshot = controller.snapshot(options);
+        taken.push({ buckets: snapshot.buckets.length, children: snapshot.children.length });
+        return snapshot;
+      },
+    };
+    const server = await startDashboardServer({
+      controller: counted,
+      overrides,
+      admin: createAdminActions({ overrides, controller, logger }),
+      logger,
+      view: { maxBuckets: 3, maxChildren: 1 },
+    });
+    try {
+      // 200 buckets from 2 children.
+      for (const [child, offset] of [
+        ['h1', 0],
+        ['h2', 100],
+      ] as const) {
+        call(
+          controller.handleReport,
+          hostReport({
+            id: child,
+            sequence: 1,
+            endMs: clock.nowMs(),
+            buckets: Array.from({ length: 100 }, (_, i) => ({
+              bucket: `api:caller=${offset + i}`,
+              offered: offset + i,
+            })),
+          }),
+        );
+      }
+      // Nobody watching: per tick one snapshot of the busiest 3 buckets, no children.
+      for (let i = 0; i < 3; i++) {
+        controller.tick();
+        server.onTick();
+      }
+      assert.deepEqual(taken, [
+        { buckets: 3, children: 0 },
+        { buckets: 3, children: 0 },
+        { buckets: 3, children: 0 },
+      ]);
+      const history = (await (await fetch(`${server.url}api/history`)).json()) as {
+        atMs: number[];
+        buckets: Record<string, unknown>;
+      };
+      assert.equal(history.atMs.length, 3, 'the history is kept with nobody watching');
+      assert.deepEqual(Object.keys(history.buckets), ['api:caller=197', 'api:caller=198', 'api:caller=199']);
+
+      // Watched: still the busiest 3 buckets, and the first child of 2.
+      taken.length = 0;
+      let subscribed: () => void = () => {};
+      const connected = new Promise<void>((resolve) => {
+        subscribed = resolve;
+      });
+      const pending = readEvents(`${server.url}api/stream`, 2, 5_000, { onEvent: () => subscribed() });
+      await connected;
+      controller.tick();
+      server.onTick();
+      const [, tick] = (await pending).map((e) => JSON.parse(e.data) as DashboardView);
+      assert.deepEqual(taken, [
+        { buckets: 3, children: 1 },
+        { buckets: 3, children: 1 },
+      ]);
+      assert.equal(tick!.bucketsTotal, 200);
+      assert.equal(tick!.childrenTotal, 2);
+      assert.equal(tick!.hostsTotal, 2);
+      assert.deepEqual(
+        tick!.children.map((c) => c.id),
+        ['h1'],
+      );
+    } finally {
+      await server.close();
+    }
+  });
+});
+
 describe('admin overrides on top of the limits file', () => {
   const file = parseLimitsConfig(LIMITS);
 
