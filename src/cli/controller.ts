@@ -13,6 +13,7 @@ import { createAdminActions } from '../dashboard/admin-actions.js';
 import { createAdminOverrides } from '../dashboard/admin-overrides.js';
 import { MIN_ADMIN_TOKEN_LENGTH } from '../dashboard/admin-token.js';
 import { type DashboardServer, startDashboardServer } from '../dashboard/dashboard-server.js';
+import { allowedHostProblem } from '../dashboard/host-allowlist.js';
 import { observeTimers } from '../dashboard/tick-observer.js';
 import { addControllerMetrics } from '../ops/controller-metrics.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
@@ -22,7 +23,14 @@ import { startOpsServer } from '../ops/ops-server.js';
 import { createReloadMetrics } from '../ops/reload-metrics.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
-import { type CommandSpec, parseHostPort, runCommand, stringFlag, usageError } from './command-line.js';
+import {
+  type CommandSpec,
+  listFlag,
+  parseHostPort,
+  runCommand,
+  stringFlag,
+  usageError,
+} from './command-line.js';
 import { watchFile } from './file-watcher.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
@@ -61,6 +69,15 @@ export const spec: CommandSpec = {
       valueName: 'host:port',
       description: 'serve the live dashboard and its JSON API here (docs/dashboard.md)',
       defaultText: 'off',
+    },
+    'dashboard-allowed-host': {
+      type: 'string',
+      multiple: true,
+      valueName: 'host',
+      description:
+        "another name (or IP address) browsers may reach the dashboard by, e.g. a reverse proxy's; " +
+        'requests with any other Host header are refused (DNS rebinding, docs/security.md)',
+      defaultText: 'the --dashboard host, plus localhost, 127.0.0.1 and [::1] when that is loopback',
     },
     'admin-token': {
       type: 'string',
@@ -125,6 +142,16 @@ export function run(argv: string[]): Promise<number> {
     const id = stringFlag(values, 'id') ?? `controller-${hostname()}`;
     const dashboardAt = stringFlag(values, 'dashboard');
     const dashboardAddress = dashboardAt === undefined ? undefined : parseHostPort('dashboard', dashboardAt);
+    const dashboardAllowedHosts = listFlag(values, 'dashboard-allowed-host');
+    for (const entry of dashboardAllowedHosts) {
+      const problem = allowedHostProblem(entry);
+      if (problem !== undefined) {
+        throw usageError(`--dashboard-allowed-host: ${problem}`, { flag: 'dashboard-allowed-host' });
+      }
+    }
+    if (dashboardAllowedHosts.length > 0 && !dashboardAddress) {
+      throw usageError('--dashboard-allowed-host needs --dashboard', { flag: 'dashboard-allowed-host' });
+    }
     const adminToken = stringFlag(values, 'admin-token') ?? (process.env.SPILLWAY_ADMIN_TOKEN || undefined);
     if (adminToken !== undefined && adminToken.length < MIN_ADMIN_TOKEN_LENGTH) {
       throw usageError(`the admin token must be at least ${MIN_ADMIN_TOKEN_LENGTH} characters`, {
@@ -286,6 +313,7 @@ export function run(argv: string[]): Promise<number> {
       dashboard = await startDashboardServer({
         host: dashboardAddress.host,
         port: dashboardAddress.port,
+        allowedHosts: dashboardAllowedHosts,
         controller,
         overrides,
         admin: createAdminActions({ overrides, controller, logger, ...(tuning ? { tuning } : {}) }),

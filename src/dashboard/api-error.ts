@@ -13,6 +13,11 @@ export const ApiErrorCode = {
   UnknownRule: 'ERR_SPILLWAY_UNKNOWN_RULE',
   /** No current tuning suggestion has that id (404). */
   UnknownSuggestion: 'ERR_SPILLWAY_UNKNOWN_SUGGESTION',
+  /**
+   * The request's `Host` is not one the dashboard serves (403): the guard against DNS rebinding
+   * (host-allowlist.ts). Add the name with `--dashboard-allowed-host`.
+   */
+  HostNotAllowed: 'ERR_SPILLWAY_HOST_NOT_ALLOWED',
   /** No such path (404). */
   NotFound: 'ERR_SPILLWAY_NOT_FOUND',
   /** The path exists but not for this method (405, with `allow`). */

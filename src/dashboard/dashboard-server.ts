@@ -11,6 +11,7 @@ import { ApiError, ApiErrorCode } from './api-error.js';
 import { createBucketHistory } from './bucket-history.js';
 import { buildDashboardView, type DashboardView, type ViewLimits } from './dashboard-view.js';
 import { createEventStream } from './event-stream.js';
+import { createHostCheck } from './host-allowlist.js';
 import { loadStaticAssets, type StaticAsset } from './static-assets.js';
 import type { TuningSource } from './tuning-source.js';
 
@@ -19,6 +20,12 @@ export interface DashboardServerOptions {
   host?: string;
   /** Default 0 (any free port; read the real one from `address`). */
   port?: number;
+  /**
+   * Names (or IP addresses) besides the listen address that browsers may use in `Host`, e.g. a
+   * reverse proxy's public name. Every other `Host` is refused (403, DNS rebinding; see
+   * host-allowlist.ts for what is allowed by default).
+   */
+  allowedHosts?: readonly string[];
   /** Asked for bounded snapshots: the view's buckets and children, no more. */
   controller: { snapshot(options?: ControllerSnapshotOptions): ControllerSnapshot };
   overrides: AdminOverrides;
@@ -76,6 +83,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   const { controller, overrides, admin, tuning, logger } = options;
   const adminToken = options.adminToken || undefined;
   const assets: Map<string, StaticAsset> = loadStaticAssets(options.staticDir);
+  const hostServed = createHostCheck({ listenHost: host, allowedHosts: options.allowedHosts ?? [] });
   const history = createBucketHistory({ capacity: options.historyLength ?? 300 });
   const stream = createEventStream({
     maxClients: options.maxStreamClients ?? 32,
@@ -111,6 +119,19 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   });
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    // Before anything else, admin routes included (their token stays required): a rebound name's
+    // page must not read a byte, nor take an event-stream slot.
+    const hostHeader = request.headers.host;
+    if (!hostServed(hostHeader)) {
+      throw new ApiError(
+        403,
+        ApiErrorCode.HostNotAllowed,
+        hostHeader === undefined
+          ? 'the request has no Host header'
+          : 'this Host is not one the dashboard serves (DNS-rebinding guard); allow a name with --dashboard-allowed-host',
+        { host: hostHeader === undefined ? null : hostHeader.slice(0, 256) },
+      );
+    }
     let path: string;
     try {
       path = new URL(request.url ?? '/', 'http://dashboard').pathname;

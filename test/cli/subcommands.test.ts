@@ -136,6 +136,23 @@ describe('spillway subcommands: help and usage errors', () => {
         ['controller', '--config', 'x.yaml', '--admin-token', 'correct horse battery staple'],
         /printable ASCII/,
       ],
+      // A Host header carries a name, never a URL: this entry could match no request.
+      [
+        [
+          'controller',
+          '--config',
+          'x.yaml',
+          '--dashboard',
+          '127.0.0.1:0',
+          '--dashboard-allowed-host',
+          'https://dash.example.com:8443',
+        ],
+        /--dashboard-allowed-host: 'https:\/\/dash\.example\.com:8443' is not a host name or IP address/,
+      ],
+      [
+        ['controller', '--config', 'x.yaml', '--dashboard-allowed-host', 'dash.example.com'],
+        /--dashboard-allowed-host needs --dashboard/,
+      ],
       // A controller's --tls-ca only verifies clients: without mutual TLS it would be ignored.
       [
         ['controller', '--config', 'x.yaml', '--tls-ca', 'ca.pem'],

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { request as httpRequest } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, it } from 'node:test';
@@ -97,7 +98,16 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
     writeFileSync(limitsPath, limitsYaml(100));
     const common = ['--listen', '127.0.0.1:0', '--ops', '127.0.0.1:0', '--dashboard', '127.0.0.1:0'];
     [controller, readOnly] = await Promise.all([
-      startSpillway('controller', ['controller', '--config', limitsPath, ...common, '--admin-token', TOKEN]),
+      startSpillway('controller', [
+        'controller',
+        '--config',
+        limitsPath,
+        ...common,
+        '--admin-token',
+        TOKEN,
+        '--dashboard-allowed-host',
+        'dash.example.com',
+      ]),
       startSpillway('read-only controller', ['controller', '--config', limitsPath, ...common]),
     ]);
     const listening = controller.output.find((line) => line.includes('"listening"'))!;
@@ -167,6 +177,33 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
       )
     ).json()) as DashboardView;
     assert.equal(readOnlyView.admin.enabled, false);
+  });
+
+  it('--dashboard-allowed-host: that name is served, a rebound name is refused with 403', async () => {
+    const { port } = new URL(base);
+    const statusFor = (host: string) =>
+      new Promise<{ status: number; body: string }>((resolve, reject) => {
+        const request = httpRequest(
+          { host: '127.0.0.1', port, path: '/api/snapshot', headers: { host }, setHost: false },
+          (response) => {
+            let body = '';
+            response.on('data', (chunk) => {
+              body += String(chunk);
+            });
+            response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+          },
+        );
+        request.on('error', reject);
+        request.end();
+      });
+    assert.equal((await statusFor('dash.example.com')).status, 200);
+    assert.equal((await statusFor(`localhost:${port}`)).status, 200);
+    const refused = await statusFor(`evil.example:${port}`);
+    assert.equal(refused.status, 403);
+    assert.equal(
+      (JSON.parse(refused.body) as { error: { code: string } }).error.code,
+      'ERR_SPILLWAY_HOST_NOT_ALLOWED',
+    );
   });
 
   it('GET /api/history has one column entry per tick, in order', async () => {

@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { request as httpRequest } from 'node:http';
 import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
@@ -12,6 +13,7 @@ import { checkBearer } from '../../src/dashboard/admin-token.js';
 import { createBucketHistory } from '../../src/dashboard/bucket-history.js';
 import { type DashboardServer, startDashboardServer } from '../../src/dashboard/dashboard-server.js';
 import type { DashboardView } from '../../src/dashboard/dashboard-view.js';
+import { createHostCheck } from '../../src/dashboard/host-allowlist.js';
 import { observeTimers } from '../../src/dashboard/tick-observer.js';
 import type { TuningSource } from '../../src/dashboard/tuning-source.js';
 import { call, hostReport } from '../control/report-fixtures.js';
@@ -342,6 +344,108 @@ buckets:
   });
 });
 
+describe('Host header check (DNS rebinding)', () => {
+  it('answers only the hosts it serves, on every route, before any work', async () => {
+    const overrides = createAdminOverrides(parseLimitsConfig(LIMITS));
+    const controller = createController({ id: 'ctl', config: overrides.effective() });
+    const { logger } = captureLogger();
+    const server = await startDashboardServer({
+      controller,
+      overrides,
+      admin: createAdminActions({ overrides, controller, logger }),
+      adminToken: TOKEN,
+      logger,
+      allowedHosts: ['dash.example.com', '10.1.2.3'],
+      maxStreamClients: 1,
+    });
+    const { port } = server;
+    try {
+      for (const host of [
+        `127.0.0.1:${port}`,
+        `localhost:${port}`,
+        'localhost',
+        `[::1]:${port}`,
+        'dash.example.com',
+        `DASH.Example.com:${port}`,
+        '10.1.2.3:443',
+      ]) {
+        assert.equal((await get(port, '/api/snapshot', host)).status, 200, host);
+      }
+      // A page on evil.example that re-pointed its name at 127.0.0.1 sends its own name.
+      const refused = [
+        `evil.example:${port}`,
+        'evil.example',
+        `127.0.0.1.nip.io:${port}`,
+        `sub.dash.example.com:${port}`,
+        `localhost.:${port}`,
+        `10.9.9.9:${port}`,
+        `[::2]:${port}`,
+        'dash.example.com:80:80',
+        '',
+      ];
+      for (const host of refused) {
+        for (const path of [
+          '/',
+          '/app.js',
+          '/api/snapshot',
+          '/api/history',
+          '/api/tuning',
+          '/api/stream',
+          '/nope',
+        ]) {
+          const response = await get(port, path, host);
+          assert.equal(response.status, 403, `${host} ${path}`);
+          const body = JSON.parse(response.body) as { error: { code: string; details: { host: string } } };
+          assert.equal(body.error.code, 'ERR_SPILLWAY_HOST_NOT_ALLOWED', `${host} ${path}`);
+          assert.equal(body.error.details.host, host);
+        }
+      }
+      // Admin routes too, with the right token: the Host check comes first, the token check stays.
+      const admin = await get(port, '/api/admin/check', `evil.example:${port}`, {
+        authorization: `Bearer ${TOKEN}`,
+      });
+      assert.equal(admin.status, 403);
+      assert.equal((await get(port, '/api/admin/check', `localhost:${port}`)).status, 401);
+      // HTTP/1.0 without Host names nothing served here.
+      assert.match(await rawResponse(server.url, 'GET /api/snapshot HTTP/1.0\r\n\r\n'), /^HTTP\/1\.1 403 /);
+      // The refused stream requests took no slot: the one slot is still free.
+      const stream = await fetch(`${server.url}api/stream`);
+      assert.equal(stream.status, 200);
+      await stream.body?.cancel();
+    } finally {
+      await server.close();
+    }
+  });
+
+  it('bound to every address, serves any IP address and loopback names, and names only when listed', () => {
+    const wildcard = createHostCheck({ listenHost: '0.0.0.0', allowedHosts: ['dash.example.com'] });
+    for (const host of [
+      '10.0.0.5:8081',
+      '192.168.1.20',
+      '[fe80::1]:8081',
+      'localhost:8081',
+      'dash.example.com',
+    ]) {
+      assert.equal(wildcard(host), true, host);
+    }
+    for (const host of ['evil.example:8081', 'localhost.evil.example', undefined]) {
+      assert.equal(wildcard(host), false, String(host));
+    }
+    assert.equal(createHostCheck({ listenHost: '::' })('[2001:db8::1]:8081'), true);
+    // Bound to one address that is not loopback: that address, not localhost.
+    const single = createHostCheck({ listenHost: '10.0.0.5' });
+    assert.equal(single('10.0.0.5:8081'), true);
+    assert.equal(single('localhost:8081'), false);
+    assert.equal(single('10.0.0.6:8081'), false);
+    const v6 = createHostCheck({ listenHost: '::1' });
+    assert.equal(v6('[::1]:8081'), true);
+    assert.equal(v6('localhost'), true);
+    assert.throws(() => createHostCheck({ listenHost: '127.0.0.1', allowedHosts: ['a.example:80'] }), {
+      code: 'ERR_SPILLWAY_INVALID_OPTION',
+    });
+  });
+});
+
 describe('admin overrides on top of the limits file', () => {
   const file = parseLimitsConfig(LIMITS);
 
@@ -452,6 +556,44 @@ function rawStatus(base: string, target: string): Promise<number> {
       head += String(chunk);
     });
     socket.on('end', () => resolve(Number(/^HTTP\/1\.1 (\d{3})/.exec(head)?.[1] ?? 0)));
+    socket.on('error', reject);
+  });
+}
+
+/** `GET path` with the given Host header (fetch() would not send ours), status and body. */
+function get(
+  port: number,
+  path: string,
+  host: string,
+  headers: Record<string, string> = {},
+): Promise<{ status: number; body: string }> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest(
+      { host: '127.0.0.1', port, path, headers: { ...headers, host }, setHost: false },
+      (response) => {
+        let body = '';
+        response.setEncoding('utf8');
+        response.on('data', (chunk: string) => {
+          body += chunk;
+        });
+        response.on('end', () => resolve({ status: response.statusCode ?? 0, body }));
+      },
+    );
+    request.on('error', reject);
+    request.end();
+  });
+}
+
+/** Sends `text` as it is and reads the whole answer (the server closes an HTTP/1.0 exchange). */
+function rawResponse(base: string, text: string): Promise<string> {
+  const { hostname, port } = new URL(base);
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(port), hostname, () => socket.write(text));
+    let answer = '';
+    socket.on('data', (chunk) => {
+      answer += String(chunk);
+    });
+    socket.on('end', () => resolve(answer));
     socket.on('error', reject);
   });
 }
