@@ -26,7 +26,12 @@ export const ApiErrorCode = {
   PayloadTooLarge: 'ERR_SPILLWAY_PAYLOAD_TOO_LARGE',
   /** Admin actions take `application/json` only (415). */
   UnsupportedMediaType: 'ERR_SPILLWAY_UNSUPPORTED_MEDIA_TYPE',
-  /** Every event-stream slot is taken (503); the same code as other full bounded tables. */
+  /**
+   * The client's address has its share of event streams open already (429, with `Retry-After`):
+   * one client cannot take every slot.
+   */
+  TooManyStreams: 'ERR_SPILLWAY_TOO_MANY_STREAMS',
+  /** Every event-stream slot is taken (503, with `Retry-After`); the same code as other full bounded tables. */
   CapacityExceeded: 'ERR_SPILLWAY_CAPACITY_EXCEEDED',
 } as const;
 

@@ -36,6 +36,12 @@ export interface DashboardServerOptions {
   logger: Logger;
   /** Most concurrent `/api/stream` subscribers. Default 32. */
   maxStreamClients?: number;
+  /**
+   * Most concurrent `/api/stream` subscribers from one client address (an IPv6 /64 counts as
+   * one), so one client cannot take every slot. Default 4. Behind a reverse proxy every viewer
+   * has the proxy's address: raise it to `maxStreamClients` there.
+   */
+  maxStreamClientsPerAddress?: number;
   /** Default 15 s. */
   heartbeatMs?: number;
   /** Ticks kept for `/api/history`. Default 300. */
@@ -61,6 +67,8 @@ export interface DashboardServer {
 
 /** Most bytes of JSON an admin action may send: the bodies are a rule name and a number. */
 const MAX_BODY_BYTES = 16 * 1024;
+/** `Retry-After` on a refused event stream: a slot frees when a subscriber leaves, at no set time. */
+const STREAM_RETRY_AFTER_S = 5;
 /** Free text in the audit line: short, printable, no way to forge a second log field or line. */
 const ACTOR_PATTERN = /^[\w .@:-]{1,64}$/;
 
@@ -87,6 +95,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   const history = createBucketHistory({ capacity: options.historyLength ?? 300 });
   const stream = createEventStream({
     maxClients: options.maxStreamClients ?? 32,
+    maxClientsPerAddress: options.maxStreamClientsPerAddress ?? 4,
     heartbeatMs: options.heartbeatMs ?? 15_000,
   });
   let lastTicks = -1;
@@ -106,6 +115,8 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     route(request, response).catch((error: unknown) => {
       if (error instanceof ApiError) {
         const headers: Record<string, string> = error.status === 401 ? authChallenge() : {};
+        if (error.code === ApiErrorCode.TooManyStreams || error.code === ApiErrorCode.CapacityExceeded)
+          headers['retry-after'] = String(STREAM_RETRY_AFTER_S);
         if (error.status === 405)
           headers.allow = ((error.details?.allow as string[] | undefined) ?? []).join(', ');
         sendJson(response, error.status, error.toJSON(), headers);
@@ -172,10 +183,18 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
         return;
       case '/api/stream':
         allow(method, ['GET']);
-        if (!stream.accept(request, response)) {
-          throw new ApiError(503, ApiErrorCode.CapacityExceeded, 'too many event-stream subscribers', {
-            maxClients: options.maxStreamClients ?? 32,
-          });
+        switch (stream.accept(request, response)) {
+          case 'full':
+            throw new ApiError(503, ApiErrorCode.CapacityExceeded, 'too many event-stream subscribers', {
+              maxClients: options.maxStreamClients ?? 32,
+            });
+          case 'address-full':
+            throw new ApiError(
+              429,
+              ApiErrorCode.TooManyStreams,
+              'this client has as many event streams open as one client may: close one (another tab?)',
+              { maxClientsPerAddress: options.maxStreamClientsPerAddress ?? 4 },
+            );
         }
         // The page draws at once instead of waiting up to an interval for the next tick. Its own
         // event name: it is the view now, not a tick (charts plot ticks only).

@@ -1,8 +1,14 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { isIP } from 'node:net';
 
 export interface EventStreamOptions {
   /** Most concurrent subscribers; one more is refused (the caller answers 503). Default 32. */
   maxClients?: number;
+  /**
+   * Most concurrent subscribers from one client address (`streamClientKey`), so one client cannot
+   * take every slot; one more is refused (the caller answers 429). Default 4.
+   */
+  maxClientsPerAddress?: number;
   /** A comment line this often keeps proxies and browsers from closing an idle stream. Default 15 s. */
   heartbeatMs?: number;
   /**
@@ -13,8 +19,12 @@ export interface EventStreamOptions {
 }
 
 export interface EventStream {
-  /** Takes over the response as a `text/event-stream`; false (response untouched) when full. */
-  accept(request: IncomingMessage, response: ServerResponse): boolean;
+  /**
+   * Takes over the response as a `text/event-stream` (`accepted`); otherwise the response is
+   * untouched: `full` when every slot is taken, `address-full` when the client's address has its
+   * share already.
+   */
+  accept(request: IncomingMessage, response: ServerResponse): 'accepted' | 'full' | 'address-full';
   /** Sends one event to every subscriber. */
   publish(event: string, data: unknown): void;
   readonly clients: number;
@@ -27,11 +37,20 @@ export function createEventStream(options: EventStreamOptions = {}): EventStream
   const maxClients = options.maxClients ?? 32;
   const heartbeatMs = options.heartbeatMs ?? 15_000;
   const maxBufferedBytes = options.maxBufferedBytes ?? 1024 * 1024;
-  const clients = new Set<ServerResponse>();
+  const maxClientsPerAddress = options.maxClientsPerAddress ?? 4;
+  /** Each subscriber and its `streamClientKey`. */
+  const clients = new Map<ServerResponse, string>();
+  const perAddress = new Map<string, number>();
   let heartbeat: NodeJS.Timeout | undefined;
 
   function drop(response: ServerResponse): void {
+    const key = clients.get(response);
+    // Both the request's and the response's `close` come here: count a subscriber out once.
+    if (key === undefined) return;
     clients.delete(response);
+    const left = (perAddress.get(key) ?? 1) - 1;
+    if (left > 0) perAddress.set(key, left);
+    else perAddress.delete(key);
     if (clients.size === 0 && heartbeat) {
       clearInterval(heartbeat);
       heartbeat = undefined;
@@ -39,7 +58,7 @@ export function createEventStream(options: EventStreamOptions = {}): EventStream
   }
 
   function send(chunk: string): void {
-    for (const response of clients) {
+    for (const response of clients.keys()) {
       if (response.writableLength > maxBufferedBytes) {
         drop(response);
         response.destroy();
@@ -54,7 +73,10 @@ export function createEventStream(options: EventStreamOptions = {}): EventStream
       return clients.size;
     },
     accept(request, response) {
-      if (clients.size >= maxClients) return false;
+      if (clients.size >= maxClients) return 'full';
+      const key = streamClientKey(request.socket.remoteAddress);
+      const open = perAddress.get(key) ?? 0;
+      if (open >= maxClientsPerAddress) return 'address-full';
       response.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-store',
@@ -63,24 +85,49 @@ export function createEventStream(options: EventStreamOptions = {}): EventStream
       });
       // The browser reconnects after this many ms if the stream breaks.
       response.write('retry: 2000\n\n');
-      clients.add(response);
+      clients.set(response, key);
+      perAddress.set(key, open + 1);
       request.socket.setNoDelay(true);
       const onClose = () => drop(response);
       request.once('close', onClose);
       response.once('close', onClose);
       heartbeat ??= setInterval(() => send(': heartbeat\n\n'), heartbeatMs);
       heartbeat.unref();
-      return true;
+      return 'accepted';
     },
     publish(event, data) {
       if (clients.size === 0) return;
       send(`event: ${event}\ndata: ${JSON.stringify(data)}\n\n`);
     },
     close() {
-      for (const response of [...clients]) {
+      for (const response of [...clients.keys()]) {
         drop(response);
         response.end();
       }
     },
   };
+}
+
+/**
+ * Who counts as one client for `maxClientsPerAddress`: an IPv4 address (an IPv4-mapped IPv6 one
+ * as IPv4), or an IPv6 /64, since one machine commonly holds a whole /64 and could rotate through
+ * it to take every slot.
+ */
+export function streamClientKey(remoteAddress: string | undefined): string {
+  if (remoteAddress === undefined) return 'unknown';
+  const address = remoteAddress.split('%')[0]!.toLowerCase();
+  const v4 = address.startsWith('::ffff:') ? address.slice(7) : address;
+  if (isIP(v4) === 4) return v4;
+  if (isIP(address) !== 6) return address;
+  const [head = '', tail] = address.split('::');
+  const left = head === '' ? [] : head.split(':');
+  const right = tail === undefined || tail === '' ? [] : tail.split(':');
+  const groups =
+    tail === undefined
+      ? left
+      : [...left, ...Array<string>(8 - left.length - right.length).fill('0'), ...right];
+  return `${groups
+    .slice(0, 4)
+    .map((g) => Number.parseInt(g, 16).toString(16))
+    .join(':')}::/64`;
 }

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { request as httpRequest } from 'node:http';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { connect } from 'node:net';
 import { Writable } from 'node:stream';
 import { after, before, describe, it } from 'node:test';
@@ -13,6 +13,7 @@ import { checkBearer } from '../../src/dashboard/admin-token.js';
 import { createBucketHistory } from '../../src/dashboard/bucket-history.js';
 import { type DashboardServer, startDashboardServer } from '../../src/dashboard/dashboard-server.js';
 import type { DashboardView } from '../../src/dashboard/dashboard-view.js';
+import { streamClientKey } from '../../src/dashboard/event-stream.js';
 import { createHostCheck } from '../../src/dashboard/host-allowlist.js';
 import { observeTimers } from '../../src/dashboard/tick-observer.js';
 import type { TuningSource } from '../../src/dashboard/tuning-source.js';
@@ -446,6 +447,66 @@ describe('Host header check (DNS rebinding)', () => {
   });
 });
 
+describe('event-stream slots per client address', () => {
+  it('one address gets maxStreamClientsPerAddress streams (then 429 with Retry-After); others still get in', async () => {
+    const overrides = createAdminOverrides(parseLimitsConfig(LIMITS));
+    const controller = createController({ id: 'ctl', config: overrides.effective() });
+    const { logger } = captureLogger();
+    const server = await startDashboardServer({
+      controller,
+      overrides,
+      admin: createAdminActions({ overrides, controller, logger }),
+      logger,
+      maxStreamClients: 4,
+      maxStreamClientsPerAddress: 2,
+    });
+    const open: IncomingMessage[] = [];
+    // Every 127/8 address is loopback on Linux: distinct client addresses in one process.
+    const subscribe = async (localAddress: string) => {
+      const response = await streamFrom(server.port, localAddress);
+      if (response.statusCode === 200) open.push(response);
+      return response;
+    };
+    try {
+      assert.equal((await subscribe('127.0.0.1')).statusCode, 200);
+      assert.equal((await subscribe('127.0.0.1')).statusCode, 200);
+      const refused = await subscribe('127.0.0.1');
+      assert.equal(refused.statusCode, 429);
+      assert.equal(refused.headers['retry-after'], '5');
+      const body = JSON.parse(await text(refused)) as { error: { code: string } };
+      assert.equal(body.error.code, 'ERR_SPILLWAY_TOO_MANY_STREAMS');
+      // The slots that one client could not take are there for the others.
+      assert.equal((await subscribe('127.0.0.2')).statusCode, 200);
+      assert.equal((await subscribe('127.0.0.3')).statusCode, 200);
+      const full = await subscribe('127.0.0.4');
+      assert.equal(full.statusCode, 503);
+      assert.equal(full.headers['retry-after'], '5');
+      await text(full);
+      // A client that closes a stream may open one again once the server has seen it go.
+      open.shift()!.destroy();
+      const again = await waitFor('a slot for 127.0.0.1 again', async () => {
+        const response = await subscribe('127.0.0.1');
+        if (response.statusCode === 200) return response;
+        await text(response);
+        return undefined;
+      });
+      assert.equal(again.statusCode, 200);
+    } finally {
+      for (const response of open) response.destroy();
+      await server.close();
+    }
+  });
+
+  it('counts an IPv4-mapped address as IPv4 and an IPv6 /64 as one client', () => {
+    assert.equal(streamClientKey('::ffff:10.0.0.7'), '10.0.0.7');
+    assert.equal(streamClientKey('10.0.0.7'), '10.0.0.7');
+    assert.equal(streamClientKey('2001:db8:1:2::1'), streamClientKey('2001:0db8:0001:0002:ffff:1:2:3'));
+    assert.notEqual(streamClientKey('2001:db8:1:2::1'), streamClientKey('2001:db8:1:3::1'));
+    assert.equal(streamClientKey('::1'), '0:0:0:0::/64');
+    assert.equal(streamClientKey('fe80::1%eth0'), streamClientKey('fe80::2'));
+  });
+});
+
 describe('admin overrides on top of the limits file', () => {
   const file = parseLimitsConfig(LIMITS);
 
@@ -595,5 +656,26 @@ function rawResponse(base: string, text: string): Promise<string> {
     });
     socket.on('end', () => resolve(answer));
     socket.on('error', reject);
+  });
+}
+
+/** `GET /api/stream` from `localAddress`; resolves with the response head (the body keeps coming). */
+function streamFrom(port: number, localAddress: string): Promise<IncomingMessage> {
+  return new Promise((resolve, reject) => {
+    const request = httpRequest({ host: '127.0.0.1', port, path: '/api/stream', localAddress }, resolve);
+    request.on('error', reject);
+    request.end();
+  });
+}
+
+function text(response: IncomingMessage): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let body = '';
+    response.setEncoding('utf8');
+    response.on('data', (chunk: string) => {
+      body += chunk;
+    });
+    response.on('end', () => resolve(body));
+    response.on('error', reject);
   });
 }
