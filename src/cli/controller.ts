@@ -294,13 +294,14 @@ export function run(argv: string[]): Promise<number> {
       port: ops.port,
       registry: metrics.registry,
       health: () => {
-        const snapshot = controller.snapshot();
+        // Counts only: a probe every few seconds must not copy 100,000 buckets.
+        const snapshot = controller.snapshot({ maxBuckets: 0, maxChildren: 0 });
         return {
           ok: true,
           epoch: snapshot.epoch,
           version: snapshot.version,
-          buckets: snapshot.buckets.length,
-          children: snapshot.children.length,
+          buckets: snapshot.bucketsTotal,
+          children: snapshot.childrenTotal,
           lastReloadError: lastReloadError ?? null,
           adminOverrides: overrides.rules().filter((r) => r.override !== undefined).length,
         };

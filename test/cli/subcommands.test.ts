@@ -248,8 +248,13 @@ describe('spillway controller: limits reload', () => {
       assert.equal((await scrape(controller.ops)).get('spillway_config_last_reload_successful'), 0);
       const health = (await (await fetch(`http://${controller.ops}/healthz`)).json()) as {
         lastReloadError: string;
+        buckets: number;
+        children: number;
       };
       assert.match(health.lastReloadError, /limits\.yaml:4:\d+/);
+      // Counts over everything tracked (the probe's bucket and the probe), not the listed part of a
+      // bounded snapshot.
+      assert.deepEqual([health.buckets, health.children], [1, 1]);
       assert.ok(
         controller.output.some((line) => line.includes('limits reload failed')),
         'the failure is logged',
