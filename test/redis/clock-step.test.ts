@@ -122,6 +122,29 @@ describe('Redis clock stepped back', { skip: !redisServerAvailable() && process.
     assert.deepEqual(third.slice(0, 2), [1, 8], `only the 1 of the last window weighs, by half: ${third}`);
   });
 
+  it('sliding counter: both stored windows ahead of the clock count as the current one (the later one was weighed as the previous)', async () => {
+    const key = 'step:{sc2}:sc';
+    const args = [10, 60_000]; // limit 10 per 60 s
+    // 5 admitted 1 s before a window boundary W and 5 just after it; then the clock steps back
+    // 1 s, into the window before W, where all 10 are this window's or later.
+    const boundaryMs = behindMs + 60_000;
+    let admitted = 0;
+    for (let i = 0; i < 5; i++)
+      admitted += (await runAt(client, slidingCounterScript, boundaryMs - 1000, key, [...args, 1]))[0]!;
+    for (let i = 0; i < 5; i++)
+      admitted += (await runAt(client, slidingCounterScript, boundaryMs + 500, key, [...args, 1]))[0]!;
+    assert.equal(admitted, 10);
+    let afterStep = 0;
+    for (let i = 0; i < 10; i++)
+      afterStep += (await runAt(client, slidingCounterScript, boundaryMs - 500, key, [...args, 1]))[0]!;
+    assert.equal(afterStep, 0, 'the 10 admitted in the last 1.5 s still count');
+    // The clock past W again, 0.6 s in: the 10 weigh as the previous window's by 59.4/60.
+    let backPast = 0;
+    for (let i = 0; i < 10; i++)
+      backPast += (await runAt(client, slidingCounterScript, boundaryMs + 600, key, [...args, 1]))[0]!;
+    assert.equal(backPast, 0, 'and still count when the clock is past the boundary again');
+  });
+
   it('fixed window: a count of a later window (its key expiring after this window) carries over, not a fresh window', async () => {
     const redis = ioredisAdapter(client);
     const windowMs = 1_000_000_000; // ~11.6 days: the test never straddles a real window boundary

@@ -33,7 +33,7 @@ const used: Record<string, LuaScript> = {
 const pinned: Record<string, string> = {
   'fixed-window': '62813ff3c3947039f67545a457bac83f1e8b9612',
   'sliding-log': 'cbaf1c93e3b43ef65979281ff0865d816396dc5f',
-  'sliding-counter': '5f7d6e87cd460bd1663b412f92497b11a023d22c',
+  'sliding-counter': 'f02b07315bab46dbd35bb9d76bec6b596a9b0151',
   'token-bucket': '1f49897c9f735a12fff65aafc17a340817237afc',
 };
 

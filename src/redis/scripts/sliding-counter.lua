@@ -19,11 +19,13 @@
 -- count no longer weighs on anything); later writes in the window only HINCRBY `c`.
 --
 -- A stored window after the current one means the Redis clock stepped back (a failover to a host
--- behind, an NTP step). Its counts are taken as this window's (`c` current, `p` previous) rather
--- than dropped, which would start a fresh window and admit a full limit again. Counts are only
--- ever moved to a window no earlier than their real one (they weigh as long or longer, so the
--- bound in docs/redis-limiters.md still holds); they may weigh longer by less than one window
--- and less than the step. Counted calls write the moved state even when rejected, so the next
+-- behind, an NTP step). Its counts are taken as this window's rather than dropped, which would
+-- start a fresh window and admit a full limit again: both of them, `c` and `p`, since `p`'s
+-- window (w - window_ms) is itself no earlier than the current one; weighing `p` as the previous
+-- window's would discount counts of this very window. Counts are only ever moved to a window no
+-- earlier than their real one (they weigh as long or longer, so the bound in
+-- docs/redis-limiters.md still holds); they may weigh longer by less than one window and less than
+-- the step. The real previous window's count was overwritten and weighs nothing. Counted calls write the moved state even when rejected, so the next
 -- window weighs it as the previous one; a peek writes nothing.
 local time = redis.call('TIME')
 local now_us = time[1] * 1000000 + time[2]
@@ -44,8 +46,7 @@ local stored = redis.call('HMGET', KEYS[1], 'w', 'c', 'p')
 local stored_start = tonumber(stored[1])
 local current, previous = 0, 0
 if stored_start and stored_start > window_start then
-  current = tonumber(stored[2]) or 0
-  previous = tonumber(stored[3]) or 0
+  current = (tonumber(stored[2]) or 0) + (tonumber(stored[3]) or 0)
   stored_start = window_start
   if cost > 0 then
     redis.call('HSET', KEYS[1], 'w', window_start, 'c', current, 'p', previous)
