@@ -136,7 +136,9 @@ function applyView(view, { record }) {
 function render(view) {
   const c = view.controller;
   $('controller-id').textContent = c.id;
-  $('epoch').textContent = new Date(c.epoch).toLocaleString();
+  // A number, not a date: the default epoch is the start time in ms × 1,024 plus random bits
+  // (unique per replica), and an epoch given by configuration need not be a time at all.
+  $('epoch').textContent = String(c.epoch);
   $('version').textContent = String(c.ticks);
   $('interval').textContent = `${c.intervalMs} ms`;
   $('policy').textContent = Object.entries(c.ratioPolicy)

@@ -26,6 +26,7 @@ import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-f
 import {
   type CommandSpec,
   listFlag,
+  numberFlag,
   parseHostPort,
   runCommand,
   stringFlag,
@@ -78,6 +79,21 @@ export const spec: CommandSpec = {
         "another name (or IP address) browsers may reach the dashboard by, e.g. a reverse proxy's; " +
         'requests with any other Host header are refused (DNS rebinding, docs/security.md)',
       defaultText: 'the --dashboard host, plus localhost, 127.0.0.1 and [::1] when that is loopback',
+    },
+    'dashboard-max-streams': {
+      type: 'string',
+      valueName: 'n',
+      description: 'most live dashboard pages (event streams) at once; more are answered 503',
+      defaultText: '32',
+    },
+    'dashboard-max-streams-per-address': {
+      type: 'string',
+      valueName: 'n',
+      description:
+        'most live pages from one client address (an IPv6 /64 counts as one), so one client cannot ' +
+        "take every stream; more are answered 429. Behind a reverse proxy every viewer has the proxy's " +
+        'address: raise it to --dashboard-max-streams there',
+      defaultText: '4',
     },
     'admin-token': {
       type: 'string',
@@ -151,6 +167,25 @@ export function run(argv: string[]): Promise<number> {
     }
     if (dashboardAllowedHosts.length > 0 && !dashboardAddress) {
       throw usageError('--dashboard-allowed-host needs --dashboard', { flag: 'dashboard-allowed-host' });
+    }
+    const maxStreams = numberFlag(values, 'dashboard-max-streams', 32, {
+      min: 1,
+      max: 10_000,
+      integer: true,
+    });
+    const maxStreamsPerAddress = numberFlag(
+      values,
+      'dashboard-max-streams-per-address',
+      Math.min(4, maxStreams),
+      {
+        min: 1,
+        max: maxStreams,
+        integer: true,
+      },
+    );
+    for (const flag of ['dashboard-max-streams', 'dashboard-max-streams-per-address']) {
+      if (stringFlag(values, flag) !== undefined && !dashboardAddress)
+        throw usageError(`--${flag} needs --dashboard`, { flag });
     }
     const adminToken = stringFlag(values, 'admin-token') ?? (process.env.SPILLWAY_ADMIN_TOKEN || undefined);
     if (adminToken !== undefined && adminToken.length < MIN_ADMIN_TOKEN_LENGTH) {
@@ -315,6 +350,8 @@ export function run(argv: string[]): Promise<number> {
         host: dashboardAddress.host,
         port: dashboardAddress.port,
         allowedHosts: dashboardAllowedHosts,
+        maxStreamClients: maxStreams,
+        maxStreamClientsPerAddress: maxStreamsPerAddress,
         controller,
         overrides,
         admin: createAdminActions({ overrides, controller, logger, ...(tuning ? { tuning } : {}) }),

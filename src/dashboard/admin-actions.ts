@@ -1,5 +1,5 @@
 import type { LimitsConfig } from '../config/limits-config.js';
-import type { ControllerSnapshot } from '../control/controller.js';
+import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
 import type { Logger } from '../ops/logger.js';
 import type { AdminOverrides, RuleOverride } from './admin-overrides.js';
 import { ApiError, ApiErrorCode } from './api-error.js';
@@ -42,7 +42,10 @@ export interface AdminActions {
 
 export interface AdminActionsOptions {
   overrides: AdminOverrides;
-  controller: { updateConfig(config: LimitsConfig): void; snapshot(): ControllerSnapshot };
+  controller: {
+    updateConfig(config: LimitsConfig): void;
+    snapshot(options?: ControllerSnapshotOptions): ControllerSnapshot;
+  };
   /** Audit lines go here at `info` whatever the logger's level (except `silent`). */
   logger: Logger;
   tuning?: TuningSource;
@@ -93,7 +96,8 @@ export function createAdminActions(options: AdminActionsOptions): AdminActions {
       rule,
       before,
       after,
-      appliesFromVersion: controller.snapshot().version + 1,
+      // Counts only: an admin action must not copy every bucket to read one number.
+      appliesFromVersion: controller.snapshot({ maxBuckets: 0, maxChildren: 0 }).version + 1,
       ...extra,
     };
     audit.info(

@@ -153,6 +153,24 @@ describe('spillway subcommands: help and usage errors', () => {
         ['controller', '--config', 'x.yaml', '--dashboard-allowed-host', 'dash.example.com'],
         /--dashboard-allowed-host needs --dashboard/,
       ],
+      [
+        [
+          'controller',
+          '--config',
+          'x.yaml',
+          '--dashboard',
+          '127.0.0.1:0',
+          '--dashboard-max-streams',
+          '8',
+          '--dashboard-max-streams-per-address',
+          '9',
+        ],
+        /--dashboard-max-streams-per-address must be an integer from 1 to 8, got '9'/,
+      ],
+      [
+        ['controller', '--config', 'x.yaml', '--dashboard-max-streams-per-address', '8'],
+        /--dashboard-max-streams-per-address needs --dashboard/,
+      ],
       // A controller's --tls-ca only verifies clients: without mutual TLS it would be ignored.
       [
         ['controller', '--config', 'x.yaml', '--tls-ca', 'ca.pem'],

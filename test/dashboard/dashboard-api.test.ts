@@ -108,7 +108,14 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
         '--dashboard-allowed-host',
         'dash.example.com',
       ]),
-      startSpillway('read-only controller', ['controller', '--config', limitsPath, ...common]),
+      startSpillway('read-only controller', [
+        'controller',
+        '--config',
+        limitsPath,
+        ...common,
+        '--dashboard-max-streams-per-address',
+        '1',
+      ]),
     ]);
     const listening = controller.output.find((line) => line.includes('"listening"'))!;
     base = (JSON.parse(listening) as { dashboard: string }).dashboard;
@@ -204,6 +211,29 @@ describe('dashboard API on a real controller', { timeout: 120_000 }, () => {
       (JSON.parse(refused.body) as { error: { code: string } }).error.code,
       'ERR_SPILLWAY_HOST_NOT_ALLOWED',
     );
+  });
+
+  it('--dashboard-max-streams-per-address: a second live page from one address gets 429 until the first closes', async () => {
+    const readOnlyBase = JSON.parse(readOnly.output.find((l) => l.includes('"listening"'))!).dashboard;
+    const first = new AbortController();
+    const open = await fetch(`${readOnlyBase}api/stream`, { signal: first.signal });
+    assert.equal(open.status, 200);
+    const second = await fetch(`${readOnlyBase}api/stream`);
+    assert.equal(second.status, 429);
+    assert.equal(second.headers.get('retry-after'), '5');
+    assert.equal(
+      ((await second.json()) as { error: { code: string } }).error.code,
+      'ERR_SPILLWAY_TOO_MANY_STREAMS',
+    );
+    first.abort();
+    await open.body?.cancel().catch(() => {});
+    await waitFor('the slot to be freed', async () => {
+      const again = new AbortController();
+      const response = await fetch(`${readOnlyBase}api/stream`, { signal: again.signal });
+      again.abort();
+      await response.body?.cancel().catch(() => {});
+      return response.status === 200 ? true : undefined;
+    });
   });
 
   it('GET /api/history has one column entry per tick, in order', async () => {
