@@ -370,6 +370,29 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     req.destroy();
   });
 
+  it('answers 408 to request headers still incomplete after server.headersTimeoutMs, within a second of it', async () => {
+    const { proxy, upstream } = await fixtures.start(
+      rules('server:\n  headersTimeoutMs: 500\n'),
+      (_req, res) => res.end('ok'),
+    );
+    const { port } = new URL(proxy.base);
+    const socket = connect(Number(port), '127.0.0.1');
+    let received = '';
+    socket.on('data', (chunk) => {
+      received += String(chunk);
+    });
+    const closed = new Promise<void>((resolve) => socket.on('close', () => resolve()));
+    socket.on('error', () => {});
+    const startedMs = performance.now();
+    // Slowloris on the headers: a start, then nothing. Node checked this bound every 30 s.
+    socket.write('GET / HTTP/1.1\r\nHost: x\r\n');
+    await closed;
+    const elapsedMs = performance.now() - startedMs;
+    assert.match(received, /^HTTP\/1\.1 408 /);
+    assert.ok(elapsedMs >= 450 && elapsedMs < 2500, `closed after ${Math.round(elapsedMs)} ms`);
+    assert.equal(upstream.seen.length, 0);
+  });
+
   it('cuts the response when the body pauses too long after the upstream started answering', async () => {
     const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), (req, res) => {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });

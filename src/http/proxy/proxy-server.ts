@@ -200,7 +200,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   let lastTunnelClosed: (() => void) | undefined;
   let lastLimiterErrorLogMs = 0;
 
-  const server: Server = createServer({ keepAlive: true });
+  // Node enforces `headersTimeout` and `requestTimeout` by a sweep over connections every
+  // `connectionsCheckingInterval`, 30 s by default: a client trickling its headers (slowloris) held
+  // its connection for `server.headersTimeoutMs` plus up to 30 s. Each second, the bounds hold
+  // within a second; the sweep visits only connections with a request in progress.
+  const server: Server = createServer({ keepAlive: true, connectionsCheckingInterval: TIMEOUT_SWEEP_MS });
   applyServerTimeouts(server, options.rules);
   server.on('request', (req: IncomingMessage, res: ServerResponse) => serve(req, res, false));
   // Decide before telling a client to send its body: a rejected upload is never transferred.
@@ -1075,6 +1079,9 @@ function activate(rules: ProxyRules, backend: ProxyBackend): ActiveRules {
     isTrustedPeer: createTrustedProxyMatcher(rules.clientAddress.trustedProxies),
   };
 }
+
+/** How often Node checks `server.headersTimeoutMs` and `server.requestTimeoutMs` (see createServer). */
+const TIMEOUT_SWEEP_MS = 1000;
 
 function applyServerTimeouts(server: Server, rules: ProxyRules): void {
   server.keepAliveTimeout = rules.server.keepAliveTimeoutMs;
