@@ -1,13 +1,12 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { LimitsConfig } from '../../src/config/limits-config.js';
 import { type Aggregator, createAggregator } from '../../src/control/aggregator.js';
 import { createController } from '../../src/control/controller.js';
 import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { Tier } from '../../src/gen/spillway/v1/control_pb.js';
-import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
 import { startLoadedHosts } from './loaded-hosts.js';
 import { call, hostReport } from './report-fixtures.js';
+import { virtualFleetBase } from './virtual-fleet-base.js';
 
 /**
  * The controller cut off from every aggregator for longer than its child expiry (3 intervals), in
@@ -30,14 +29,7 @@ interface HostSpec {
 }
 
 function buildFleet(hosts: readonly HostSpec[], aggregatorIds: readonly string[]) {
-  const clock = new ManualClock(1_700_000_000_000);
-  const network = new InMemoryNetwork({ scheduler: clock, delayMs: 2 });
-  const config: LimitsConfig = {
-    version: 1,
-    intervalMs: INTERVAL_MS,
-    ttlMs: 4 * INTERVAL_MS,
-    buckets: [{ key: 'pay', limitRps: LIMIT_RPS, mode: 'enforce', scope: 'global' }],
-  };
+  const { clock, network, config } = virtualFleetBase(INTERVAL_MS, LIMIT_RPS);
   const controller = createController({ id: 'ctl', config, scheduler: clock });
   network.listen('controller', controller.handleReport);
   controller.start();

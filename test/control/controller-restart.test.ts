@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { LimitsConfig } from '../../src/config/limits-config.js';
 import { type Aggregator, createAggregator } from '../../src/control/aggregator.js';
 import { type Controller, createController } from '../../src/control/controller.js';
-import { ManualClock, seededRandom } from '../../src/core/clock.js';
+import { seededRandom } from '../../src/core/clock.js';
 import type { ControlServer } from '../../src/transport/control-transport.js';
-import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
 import { startLoadedHosts } from './loaded-hosts.js';
+import { virtualFleetBase } from './virtual-fleet-base.js';
 
 /**
  * A controller restarted under a real fleet in virtual time: GlobalLimiter hosts -> zone
@@ -25,14 +24,7 @@ interface HostSpec {
 }
 
 function buildFleet(hosts: readonly HostSpec[]) {
-  const clock = new ManualClock(1_700_000_000_000);
-  const network = new InMemoryNetwork({ scheduler: clock, delayMs: 2 });
-  const config: LimitsConfig = {
-    version: 1,
-    intervalMs: INTERVAL_MS,
-    ttlMs: 4 * INTERVAL_MS,
-    buckets: [{ key: 'pay', limitRps: LIMIT_RPS, mode: 'enforce', scope: 'global' }],
-  };
+  const { clock, network, config } = virtualFleetBase(INTERVAL_MS, LIMIT_RPS);
   let controller: Controller;
   let server: ControlServer | undefined;
   const startController = (id: string) => {

@@ -1,12 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { LimitsConfig } from '../../src/config/limits-config.js';
 import { type Aggregator, createAggregator } from '../../src/control/aggregator.js';
 import { createController } from '../../src/control/controller.js';
-import { ManualClock, seededRandom } from '../../src/core/clock.js';
+import { seededRandom } from '../../src/core/clock.js';
 import { type BucketHandle, createGlobalLimiter, type GlobalLimiter } from '../../src/global/index.js';
-import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
 import { settle } from '../global/fixtures.js';
+import { virtualFleetBase } from './virtual-fleet-base.js';
 
 /**
  * Hosts that fail over from aggregator A to aggregator B while A stays up and keeps forwarding (the
@@ -21,14 +20,7 @@ const HOSTS = 4;
 const STEP_MS = 10;
 
 function buildFleet() {
-  const clock = new ManualClock(1_700_000_000_000);
-  const network = new InMemoryNetwork({ scheduler: clock, delayMs: 2 });
-  const config: LimitsConfig = {
-    version: 1,
-    intervalMs: INTERVAL_MS,
-    ttlMs: 4 * INTERVAL_MS,
-    buckets: [{ key: 'pay', limitRps: LIMIT_RPS, mode: 'enforce', scope: 'global' }],
-  };
+  const { clock, network, config } = virtualFleetBase(INTERVAL_MS, LIMIT_RPS);
   const controller = createController({ id: 'ctl', config, scheduler: clock });
   network.listen('controller', controller.handleReport);
   controller.start();

@@ -1,11 +1,10 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import type { LimitsConfig } from '../../src/config/limits-config.js';
 import { createAggregator } from '../../src/control/aggregator.js';
 import { createController } from '../../src/control/controller.js';
-import { ManualClock, seededRandom } from '../../src/core/clock.js';
-import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
+import { seededRandom } from '../../src/core/clock.js';
 import { startLoadedHosts } from './loaded-hosts.js';
+import { virtualFleetBase } from './virtual-fleet-base.js';
 
 /**
  * Two controller replicas created in the same millisecond (an HA pair started together; any two
@@ -18,14 +17,7 @@ const LIMIT_RPS = 300;
 
 describe('controller replicas started in the same millisecond', () => {
   it('get distinct epochs, so hosts follow the survivor when the leader dies', async (t) => {
-    const clock = new ManualClock(1_700_000_000_000);
-    const network = new InMemoryNetwork({ scheduler: clock, delayMs: 2 });
-    const config: LimitsConfig = {
-      version: 1,
-      intervalMs: INTERVAL_MS,
-      ttlMs: 4 * INTERVAL_MS,
-      buckets: [{ key: 'pay', limitRps: LIMIT_RPS, mode: 'enforce', scope: 'global' }],
-    };
+    const { clock, network, config } = virtualFleetBase(INTERVAL_MS, LIMIT_RPS);
     const replicas = ['ctl-1', 'ctl-2'].map((id, i) => {
       const controller = createController({ id, config, scheduler: clock, random: seededRandom(11 + i) });
       network.listen(id, controller.handleReport);
