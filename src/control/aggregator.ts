@@ -1,4 +1,5 @@
 import { create } from '@bufbuild/protobuf';
+import { acknowledgingId } from '../core/acknowledging-id.js';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import { selectBusiest } from '../core/select-busiest.js';
@@ -99,8 +100,13 @@ export interface AggregatorHostSnapshot {
   hostCount: number;
   lastSeenMs: number;
   buckets: number;
-  /** Within the grace period, so counted in forwards. */
+  /** Within the grace period and not held out, so counted in forwards. */
   counted: boolean;
+  /**
+   * Held out of the sums until then (this aggregator's clock): the host came from another
+   * aggregator that still counts it (`acknowledged_by`). Absent when not held.
+   */
+  heldOutUntilMs?: number;
 }
 
 export interface AggregatorBucketSnapshot {
@@ -163,6 +169,11 @@ export interface AggregatorCounters {
    */
   bucketsLeftOutOfForwards: number;
   expiredHosts: number;
+  /**
+   * Reporters held out of the sums on (re)joining because another aggregator acknowledged their
+   * last report recently enough that it still counts them (one per joining; see `holdOut`).
+   */
+  heldOutReporters: number;
   /** Host usages scaled down by `reporterCap` (one per host, bucket and forward), by the host's tier. */
   clippedUsages: Partial<Record<TierName, number>>;
 }
@@ -253,6 +264,8 @@ interface HostState {
   lastWindowEndMs: bigint;
   arrivals: ReportArrivals;
   usage: HostUsage[];
+  /** Left out of the sums until then: the aggregator it came from still counts it (`holdOut`). */
+  heldOutUntilMs: number;
 }
 
 /**
@@ -335,6 +348,9 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   let freshUntilMs = Number.NEGATIVE_INFINITY;
   /** A cold forward (see `maybeColdForward`) may go; re-armed when a parent's directive arrives. */
   let coldForwardArmed = true;
+  /** Who acknowledged this aggregator's last acknowledged forward, and its window end (failover mode). */
+  let acknowledgedBy = '';
+  let acknowledgedWindowEndMs = 0n;
   /** Per parent: waiting for its connection to come back after a failure (`whenConnected`). */
   const reconnectWatches: (Cancellable | undefined)[] = options.parents.map(() => undefined);
 
@@ -354,12 +370,16 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     bucketsOverCapacity: 0,
     bucketsLeftOutOfForwards: 0,
     expiredHosts: 0,
+    heldOutReporters: 0,
     clippedUsages: {},
   };
 
   const hostGraceMs = () => options.hostGraceMs ?? 2.5 * intervalMs;
   const hostExpiryMs = () => options.hostExpiryMs ?? 10 * intervalMs;
   const timeoutMs = () => options.reportTimeoutMs ?? Math.max(1, intervalMs / 2);
+  /** In the sums: reported within the grace, and not held out (`holdOut`). */
+  const isCounted = (host: HostState, nowMs: number, grace: number) =>
+    nowMs - host.lastSeenMs <= grace && nowMs >= host.heldOutUntilMs;
 
   function reject(error: unknown): never {
     const code = isSpillwayError(error) ? error.code : 'ERR_UNKNOWN';
@@ -451,6 +471,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         lastWindowEndMs: request.windowEndMs,
         arrivals,
         usage: [],
+        heldOutUntilMs: Number.NEGATIVE_INFINITY,
       };
       hosts.set(key, host);
     }
@@ -518,6 +539,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         });
       }
       host.usage = usage;
+      if (!wasCounted) holdOut(host, request, nowMs);
     }
     const directives: Directive[] = [];
     for (const usage of host.usage) {
@@ -531,6 +553,30 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       epoch: newestEpoch(host),
       responderId: options.id,
     });
+  }
+
+  /**
+   * A reporter (re)joining the sums that another aggregator acknowledged recently is still counted
+   * there: that aggregator keeps its last rate for a grace from its last report, and forwards it.
+   * Counting it here as well would double it at the parent for that long (hosts whose links to a
+   * live aggregator were cut: 901 rps against 600 offered, and the fleet admitting 200 against a
+   * limit of 300, test/control/failover-double-count.test.ts). So it joins the sums when the other
+   * aggregator's grace runs out: the time since that acknowledgement is the sender's own
+   * (`window_end_ms - acknowledged_window_end_ms`, one clock), the grace is this aggregator's (the
+   * tier shares one configuration). Not for a reporter this aggregator acknowledged itself (it
+   * restarted, or the reporter came back), which nobody else counts. When the other aggregator
+   * is down instead, its parent keeps its last sum for a child expiry (3 intervals) from its last
+   * forward, about as long: docs/control-plane.md, "Moving to another aggregator".
+   */
+  function holdOut(host: HostState, request: ReportRequest, nowMs: number): void {
+    host.heldOutUntilMs = Number.NEGATIVE_INFINITY;
+    const other = request.acknowledgedBy;
+    if (other === '' || other === options.id) return;
+    const sinceMs = Math.max(0, Number(request.windowEndMs - request.acknowledgedWindowEndMs));
+    const untilMs = nowMs - sinceMs + hostGraceMs();
+    if (untilMs <= nowMs) return;
+    host.heldOutUntilMs = untilMs;
+    counters.heldOutReporters++;
   }
 
   function newestEpoch(host: HostState): bigint {
@@ -599,7 +645,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     const caps = reporterCap ? reporterCaps(reporterCap, nowMs) : undefined;
     let hostCount = 0;
     for (const host of hosts.values()) {
-      if (nowMs - host.lastSeenMs > grace) continue;
+      if (!isCounted(host, nowMs, grace)) continue;
       hostCount += host.hostCount;
       for (const usage of host.usage) {
         const bucket = usage.bucket;
@@ -637,7 +683,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     const grace = hostGraceMs();
     const rates = new Map<BucketEntry, number[]>();
     for (const host of hosts.values()) {
-      if (nowMs - host.lastSeenMs > grace) continue;
+      if (!isCounted(host, nowMs, grace)) continue;
       for (const usage of host.usage) {
         let list = rates.get(usage.bucket);
         if (!list) {
@@ -707,6 +753,9 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       buckets: usage,
       hostCount,
       authToken: options.authToken ?? '',
+      // Fan-out is counted at every parent by design: nothing for a parent to hold out.
+      acknowledgedBy: fanout ? '' : acknowledgedBy,
+      acknowledgedWindowEndMs: fanout ? 0n : acknowledgedWindowEndMs,
     });
   }
 
@@ -852,6 +901,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         const response = await parent.report(request, { timeoutMs: timeoutMs() });
         parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
         lastForwardFailed = false;
+        acknowledgedBy = acknowledgingId(response.responderId);
+        acknowledgedWindowEndMs = request.windowEndMs;
         applyResponse(response, request.sequence);
         lastForward = {
           sequence: Number(request.sequence),
@@ -925,7 +976,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     }
     const hostList: AggregatorHostSnapshot[] = [];
     for (const host of hosts.values()) {
-      const counted = nowMs - host.lastSeenMs <= grace;
+      const counted = isCounted(host, nowMs, grace);
       hostList.push({
         id: host.id,
         zone: host.zone,
@@ -934,6 +985,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         lastSeenMs: host.lastSeenMs,
         buckets: host.usage.length,
         counted,
+        ...(host.heldOutUntilMs > nowMs ? { heldOutUntilMs: host.heldOutUntilMs } : {}),
       });
       if (!counted) continue;
       for (const usage of host.usage) {

@@ -1,3 +1,4 @@
+import { MAX_ACKNOWLEDGED_BY_BYTES } from '../core/acknowledging-id.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
@@ -56,6 +57,13 @@ export function validateReport(request: ReportRequest, limits: ReportLimits = {}
   if (!fitsBytes(id, maxIdBytes)) fail('reporterId', `reporterId is longer than ${maxIdBytes} bytes`);
   if (!fitsBytes(request.zone, maxKeyBytes)) fail('zone', `zone is longer than ${maxKeyBytes} bytes`);
   if (!fitsBytes(request.region, maxKeyBytes)) fail('region', `region is longer than ${maxKeyBytes} bytes`);
+  // Another receiver's id, by the protocol's fixed bound (senders pass on no longer one; a
+  // receiver configured for shorter reporter ids must not refuse a report over a parent's id). Its
+  // window end is not checked: a sender whose clock stepped back may name one after this window,
+  // and the receiver reads that as "just acknowledged", which is no reason to lose the report.
+  if (!fitsBytes(request.acknowledgedBy, MAX_ACKNOWLEDGED_BY_BYTES)) {
+    fail('acknowledgedBy', `acknowledgedBy is longer than ${MAX_ACKNOWLEDGED_BY_BYTES} bytes`);
+  }
 
   const windowMs = Number(request.windowEndMs - request.windowStartMs);
   if (!(windowMs > 0)) fail('windowEndMs', `window must have a positive length, got ${windowMs} ms`);

@@ -1,4 +1,5 @@
 import { create } from '@bufbuild/protobuf';
+import { acknowledgingId } from '../core/acknowledging-id.js';
 import type { Cancellable, Random, Scheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
@@ -116,6 +117,13 @@ export class Reporter {
   #lastVersion = 0n;
   #lastReportAtMs: number | undefined;
   #lastSuccessAtMs: number | undefined;
+  /**
+   * Who acknowledged the last acknowledged report (its reply's responder id) and that report's
+   * window end: sent with every report, so that an aggregator this host moves to can tell how long
+   * the one it left still counts it (ReportRequest.acknowledged_by).
+   */
+  #acknowledgedBy = '';
+  #acknowledgedWindowEndMs = 0n;
   #overflowSeen = 0;
   readonly #stats = {
     reportsSent: 0,
@@ -299,6 +307,8 @@ export class Reporter {
       windowEndMs: BigInt(Math.round(nowMs)),
       buckets: usage,
       hostCount: 1,
+      acknowledgedBy: this.#acknowledgedBy,
+      acknowledgedWindowEndMs: this.#acknowledgedWindowEndMs,
     });
     const clientIndex = this.#clientIndex;
     const client = clients[clientIndex]!;
@@ -310,7 +320,11 @@ export class Reporter {
       // rejection (which would end the process) or stop the loop.
       try {
         if (outcome instanceof SpillwayError) this.#onFailure(client, clientIndex, outcome);
-        else this.#onSuccess(outcome, included, nowMs);
+        else {
+          this.#acknowledgedBy = acknowledgingId(outcome.responderId);
+          this.#acknowledgedWindowEndMs = request.windowEndMs;
+          this.#onSuccess(outcome, included, nowMs);
+        }
       } catch (error) {
         this.#config.logger?.warn(
           { err: error, target: client.target },

@@ -217,5 +217,11 @@ export function addAggregatorMetrics(
       'counter',
       (s) => s.counters.expiredHosts,
     ),
+    single(
+      'spillway_aggregator_held_out_reporters_total',
+      'Reporters held out of the sums on joining because the aggregator they came from still counts them.',
+      'counter',
+      (s) => s.counters.heldOutReporters,
+    ),
   ]);
 }

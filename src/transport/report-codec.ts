@@ -192,6 +192,8 @@ export function decodeReportRequest(bytes: Uint8Array, maxBuckets = Number.POSIT
     buckets: [],
     hostCount: 0,
     authToken: '',
+    acknowledgedBy: '',
+    acknowledgedWindowEndMs: 0n,
   };
   while (reader.pos < bytes.length) {
     const tag = reader.varint();
@@ -243,6 +245,14 @@ export function decodeReportRequest(bytes: Uint8Array, maxBuckets = Number.POSIT
       case 10:
         if (wireType !== 2) break;
         request.authToken = reader.string();
+        continue;
+      case 11:
+        if (wireType !== 2) break;
+        request.acknowledgedBy = reader.string();
+        continue;
+      case 12:
+        if (wireType !== 0) break;
+        request.acknowledgedWindowEndMs = reader.varint64(true);
         continue;
     }
     reader.skip(wireType, field);

@@ -192,6 +192,57 @@ describe('aggregator', () => {
     await aggregator.stop();
   });
 
+  it('a reporter from another aggregator that still counts it joins the sums when that one stops', async () => {
+    const { clock, aggregator, parents } = setup([fakeParent('ctl-1')], { hostGraceMs: 2500 });
+    const report = (id: string, sequence: number, acknowledgedBy: string, sinceAckMs: number) =>
+      call(
+        aggregator.handleReport,
+        hostReport({
+          id,
+          sequence,
+          endMs: clock.nowMs(),
+          windowMs: sinceAckMs,
+          acknowledgedBy,
+          acknowledgedEndMs: clock.nowMs() - sinceAckMs,
+          buckets: [{ bucket: 'pay', offered: sinceAckMs / 10 }], // 100 rps
+        }),
+      );
+    const forwarded = () => {
+      const sent = parents[0]!.state.received.at(-1)!;
+      const windowSec = Number(sent.windowEndMs - sent.windowStartMs) / 1000;
+      return {
+        offeredRps: (sent.buckets.find((b) => b.bucket === 'pay')?.offered ?? 0) / windowSec,
+        hostCount: sent.hostCount,
+      };
+    };
+    const joinedAtMs = clock.nowMs();
+    // agg-b acknowledged h1 2 s ago (by h1's clock) and counts it for 0.5 s more.
+    report('h1', 5, 'agg-b', 2000);
+    let host = aggregator.snapshot().hosts[0]!;
+    assert.equal(host.counted, false);
+    assert.equal(host.heldOutUntilMs, joinedAtMs + 500);
+    await aggregator.flush();
+    assert.deepEqual(forwarded(), { offeredRps: 0, hostCount: 0 });
+    // A report while held does not move the end of the hold.
+    clock.advance(250);
+    report('h1', 6, 'agg-a', 250);
+    assert.equal(aggregator.snapshot().hosts[0]!.heldOutUntilMs, joinedAtMs + 500);
+    clock.advance(250);
+    await aggregator.flush();
+    host = aggregator.snapshot().hosts[0]!;
+    assert.equal(host.counted, true);
+    assert.equal(host.heldOutUntilMs, undefined);
+    assert.deepEqual(forwarded(), { offeredRps: 100, hostCount: 1 });
+    // Acknowledged by this aggregator (it restarted, or h2 came back), or by another one longer
+    // ago than the grace, or by nobody: counted at once.
+    report('h2', 3, 'agg-a', 1000);
+    report('h3', 9, 'agg-b', 2500);
+    report('h4', 1, '', 1000);
+    await aggregator.flush();
+    assert.deepEqual(forwarded(), { offeredRps: 400, hostCount: 4 });
+    assert.equal(aggregator.snapshot().counters.heldOutReporters, 1);
+  });
+
   it('relays the parent directives to hosts for their buckets, with the TTL they have left', async () => {
     const parent = fakeParent('ctl-1');
     const { clock, aggregator } = setup([parent]);
@@ -374,10 +425,14 @@ describe('aggregator', () => {
       a.state.received[0]!.sequence,
       'the same report goes to the next parent',
     );
+    assert.equal(b.state.received[0]!.acknowledgedBy, '', 'nothing acknowledged yet');
     clock.advance(1000);
     await aggregator.flush();
     assert.equal(a.state.received.length, 1, 'a backs off');
     assert.equal(b.state.received.length, 2);
+    // Each forward names the parent that acknowledged the previous one, and that one's window end.
+    assert.equal(b.state.received[1]!.acknowledgedBy, 'ctl-b');
+    assert.equal(b.state.received[1]!.acknowledgedWindowEndMs, b.state.received[0]!.windowEndMs);
     a.state.fail = false;
     clock.advance(5000);
     await aggregator.flush();

@@ -26,6 +26,9 @@ export function hostReport(options: {
   zone?: string;
   tier?: Tier;
   hostCount?: number;
+  /** The receiver that acknowledged the sender's last acknowledged report, and its window end. */
+  acknowledgedBy?: string;
+  acknowledgedEndMs?: number;
   buckets: UsageSpec[];
 }): ReportRequest {
   const windowMs = options.windowMs ?? 1000;
@@ -37,6 +40,8 @@ export function hostReport(options: {
     windowStartMs: BigInt(Math.round(options.endMs - windowMs)),
     windowEndMs: BigInt(Math.round(options.endMs)),
     hostCount: options.hostCount ?? 1,
+    acknowledgedBy: options.acknowledgedBy ?? '',
+    acknowledgedWindowEndMs: BigInt(Math.round(options.acknowledgedEndMs ?? 0)),
     buckets: options.buckets.map((b) => ({
       bucket: b.bucket,
       offered: b.offered,

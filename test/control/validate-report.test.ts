@@ -36,6 +36,16 @@ describe('validateReport', () => {
     validateReport(r);
   });
 
+  it('checks the acknowledging receiver: bounded as reporter ids are, its window end taken as sent', () => {
+    const r = good();
+    r.acknowledgedBy = 'x'.repeat(257);
+    rejects(r, 'acknowledgedBy', /longer than 256 bytes/);
+    r.acknowledgedBy = 'agg-a';
+    // After this report's window (the sender's clock stepped back): kept, not a reason to refuse.
+    r.acknowledgedWindowEndMs = r.windowEndMs + 5000n;
+    validateReport(r);
+  });
+
   it('checks the window: positive and at most 60 s', () => {
     rejects(
       hostReport({ id: 'h', sequence: 1, endMs: 5000, windowMs: 0, buckets: [] }),

@@ -25,6 +25,8 @@ const mutatedReport = fc
     sequence: fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }),
     start: fc.bigInt({ min: -(1n << 40n), max: 1n << 40n }),
     windowMs: fc.bigInt({ min: -10n, max: 100_000n }),
+    acknowledgedBy: fc.oneof(fc.constant(''), fc.string({ maxLength: 300 })),
+    acknowledgedWindowEndMs: fc.bigInt({ min: -(1n << 63n), max: (1n << 63n) - 1n }),
     buckets: fc.array(
       fc.record({
         bucket: fc.string({ maxLength: 20 }),

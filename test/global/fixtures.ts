@@ -101,6 +101,9 @@ export class FakeAggregator {
   /** When set, the handler throws it (a refusal). */
   refuse: Error | undefined;
 
+  /** `id`: the reply's responder id. */
+  constructor(readonly id = 'fake') {}
+
   set(bucket: string, spec: DirectiveSpec): void {
     this.directives.set(bucket, spec);
   }
@@ -117,7 +120,7 @@ export class FakeAggregator {
       directives,
       reportIntervalMs: this.reportIntervalMs,
       epoch: BigInt(this.epoch),
-      responderId: 'fake',
+      responderId: this.id,
     });
   };
 

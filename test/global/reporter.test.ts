@@ -1,8 +1,14 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { create } from '@bufbuild/protobuf';
 import { ManualClock, seededRandom } from '../../src/core/clock.js';
 import { ErrorCode } from '../../src/core/errors.js';
-import { type ReportRequest, type ReportResponse, Tier } from '../../src/gen/spillway/v1/control_pb.js';
+import {
+  type ReportRequest,
+  type ReportResponse,
+  ReportResponseSchema,
+  Tier,
+} from '../../src/gen/spillway/v1/control_pb.js';
 import { createGlobalLimiter } from '../../src/global/index.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
 import { InMemoryNetwork } from '../../src/transport/in-memory-network.js';
@@ -16,8 +22,8 @@ function usage(request: ReportRequest): Record<string, [number, number, number]>
 function twoAggregators() {
   const clock = new ManualClock(0);
   const network = new InMemoryNetwork({ scheduler: clock, delayMs: 2 });
-  const agg1 = new FakeAggregator();
-  const agg2 = new FakeAggregator();
+  const agg1 = new FakeAggregator('agg-1');
+  const agg2 = new FakeAggregator('agg-2');
   network.listen('agg-1', agg1.handler);
   network.listen('agg-2', agg2.handler);
   const warnings: object[] = [];
@@ -167,6 +173,56 @@ describe('reporter', () => {
     assert.equal(h.agg1.requests.length, 1);
     assert.equal(stats.consecutiveFailures, 0);
     assert.equal(h.warnings.length, 2, 'one warning per failure streak start');
+  });
+
+  it('names the receiver that acknowledged its last acknowledged report, and that report’s window end', async () => {
+    const h = twoAggregators();
+    h.limiter.allow('k');
+    await h.flush();
+    assert.equal(h.agg1.last.acknowledgedBy, '', 'none yet');
+    assert.equal(h.agg1.last.acknowledgedWindowEndMs, 0n);
+    const first = h.agg1.last;
+    h.clock.advance(1000);
+    await h.flush();
+    assert.equal(h.agg1.last.acknowledgedBy, 'agg-1');
+    assert.equal(h.agg1.last.acknowledgedWindowEndMs, first.windowEndMs);
+    const lastAcknowledged = h.agg1.last;
+    // agg-1 unreachable: the report that fails over to agg-2 still names agg-1, which counts the
+    // host for its grace from that last report.
+    h.network.partition('agg-1', true);
+    h.clock.advance(1000);
+    await h.flush();
+    h.clock.advance(1000);
+    await h.flush();
+    assert.equal(h.agg2.last.acknowledgedBy, 'agg-1');
+    assert.equal(h.agg2.last.acknowledgedWindowEndMs, lastAcknowledged.windowEndMs);
+    assert.equal(h.agg2.last.windowStartMs, lastAcknowledged.windowEndMs);
+    h.clock.advance(1000);
+    await h.flush();
+    assert.equal(h.agg2.last.acknowledgedBy, 'agg-2');
+  });
+
+  it('does not pass on a responder id longer than receivers take (they would refuse every report)', async () => {
+    const clock = new ManualClock(0);
+    const requests: ReportRequest[] = [];
+    let responderId = 'x'.repeat(257);
+    const client: ControlClient = {
+      target: 'long-id',
+      report(request) {
+        requests.push(request);
+        return Promise.resolve(create(ReportResponseSchema, { responderId, epoch: 1n }));
+      },
+      close() {},
+    };
+    const limiter = createGlobalLimiter({ reporterId: 'h', clients: [client], scheduler: clock });
+    limiter.allow('k');
+    await drive(clock, limiter.flush());
+    await drive(clock, limiter.flush());
+    assert.equal(requests[1]!.acknowledgedBy, '');
+    responderId = 'é'.repeat(128); // 256 bytes: taken
+    await drive(clock, limiter.flush());
+    await drive(clock, limiter.flush());
+    assert.equal(requests[3]!.acknowledgedBy, responderId);
   });
 
   it('fails over on a timeout too (a hung aggregator)', async () => {

@@ -38,6 +38,8 @@ const requestArb = fc.record({
   windowEndMs: int64,
   hostCount: fc.nat({ max: 2 ** 32 - 1 }),
   authToken: text,
+  acknowledgedBy: text,
+  acknowledgedWindowEndMs: int64,
   buckets: fc.array(
     fc.record({ bucket: text, offered: double, admitted: double, wouldDrop: double, heldEpoch: uint64 }),
     {
@@ -77,6 +79,7 @@ describe('report codec (hand-written, wire-identical to protobuf-es)', () => {
         assert.equal(ours.buckets.length, theirs.buckets.length);
         assert.equal(ours.sequence, theirs.sequence);
         assert.equal(ours.windowStartMs, theirs.windowStartMs);
+        assert.equal(ours.acknowledgedWindowEndMs, theirs.acknowledgedWindowEndMs);
         assert.equal(readReportAuthToken(bytes), theirs.authToken);
         if (theirs.buckets.length > 0) {
           assert.throws(

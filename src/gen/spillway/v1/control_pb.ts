@@ -20,7 +20,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file spillway/v1/control.proto.
  */
 export const file_spillway_v1_control: GenFile = /*@__PURE__*/
-  fileDesc("ChlzcGlsbHdheS92MS9jb250cm9sLnByb3RvEgtzcGlsbHdheS52MSL4AQoNUmVwb3J0UmVxdWVzdBITCgtyZXBvcnRlcl9pZBgBIAEoCRIfCgR0aWVyGAIgASgOMhEuc3BpbGx3YXkudjEuVGllchIMCgR6b25lGAMgASgJEg4KBnJlZ2lvbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoBBIXCg93aW5kb3dfc3RhcnRfbXMYBiABKAMSFQoNd2luZG93X2VuZF9tcxgHIAEoAxIpCgdidWNrZXRzGAggAygLMhguc3BpbGx3YXkudjEuQnVja2V0VXNhZ2USEgoKaG9zdF9jb3VudBgJIAEoDRISCgphdXRoX3Rva2VuGAogASgJImgKC0J1Y2tldFVzYWdlEg4KBmJ1Y2tldBgBIAEoCRIPCgdvZmZlcmVkGAIgASgBEhAKCGFkbWl0dGVkGAMgASgBEhIKCndvdWxkX2Ryb3AYBCABKAESEgoKaGVsZF9lcG9jaBgFIAEoBCJ9Cg5SZXBvcnRSZXNwb25zZRIqCgpkaXJlY3RpdmVzGAEgAygLMhYuc3BpbGx3YXkudjEuRGlyZWN0aXZlEhoKEnJlcG9ydF9pbnRlcnZhbF9tcxgCIAEoDRINCgVlcG9jaBgDIAEoBBIUCgxyZXNwb25kZXJfaWQYBCABKAkiqAEKCURpcmVjdGl2ZRIOCgZidWNrZXQYASABKAkSEgoKZHJvcF9yYXRpbxgCIAEoARIfCgRtb2RlGAMgASgOMhEuc3BpbGx3YXkudjEuTW9kZRIRCglsaW1pdF9ycHMYBCABKAESEwoLb2ZmZXJlZF9ycHMYBSABKAESDQoFZXBvY2gYBiABKAQSDwoHdmVyc2lvbhgHIAEoBBIOCgZ0dGxfbXMYCCABKA0qVQoEVGllchIUChBUSUVSX1VOU1BFQ0lGSUVEEAASDQoJVElFUl9IT1NUEAESEwoPVElFUl9BR0dSRUdBVE9SEAISEwoPVElFUl9DT05UUk9MTEVSEAMqPwoETW9kZRIUChBNT0RFX1VOU1BFQ0lGSUVEEAASEAoMTU9ERV9FTkZPUkNFEAESDwoLTU9ERV9TSEFET1cQAjJQCgtSYXRlQ29udHJvbBJBCgZSZXBvcnQSGi5zcGlsbHdheS52MS5SZXBvcnRSZXF1ZXN0Ghsuc3BpbGx3YXkudjEuUmVwb3J0UmVzcG9uc2ViBnByb3RvMw");
+  fileDesc("ChlzcGlsbHdheS92MS9jb250cm9sLnByb3RvEgtzcGlsbHdheS52MSK1AgoNUmVwb3J0UmVxdWVzdBITCgtyZXBvcnRlcl9pZBgBIAEoCRIfCgR0aWVyGAIgASgOMhEuc3BpbGx3YXkudjEuVGllchIMCgR6b25lGAMgASgJEg4KBnJlZ2lvbhgEIAEoCRIQCghzZXF1ZW5jZRgFIAEoBBIXCg93aW5kb3dfc3RhcnRfbXMYBiABKAMSFQoNd2luZG93X2VuZF9tcxgHIAEoAxIpCgdidWNrZXRzGAggAygLMhguc3BpbGx3YXkudjEuQnVja2V0VXNhZ2USEgoKaG9zdF9jb3VudBgJIAEoDRISCgphdXRoX3Rva2VuGAogASgJEhcKD2Fja25vd2xlZGdlZF9ieRgLIAEoCRIiChphY2tub3dsZWRnZWRfd2luZG93X2VuZF9tcxgMIAEoAyJoCgtCdWNrZXRVc2FnZRIOCgZidWNrZXQYASABKAkSDwoHb2ZmZXJlZBgCIAEoARIQCghhZG1pdHRlZBgDIAEoARISCgp3b3VsZF9kcm9wGAQgASgBEhIKCmhlbGRfZXBvY2gYBSABKAQifQoOUmVwb3J0UmVzcG9uc2USKgoKZGlyZWN0aXZlcxgBIAMoCzIWLnNwaWxsd2F5LnYxLkRpcmVjdGl2ZRIaChJyZXBvcnRfaW50ZXJ2YWxfbXMYAiABKA0SDQoFZXBvY2gYAyABKAQSFAoMcmVzcG9uZGVyX2lkGAQgASgJIqgBCglEaXJlY3RpdmUSDgoGYnVja2V0GAEgASgJEhIKCmRyb3BfcmF0aW8YAiABKAESHwoEbW9kZRgDIAEoDjIRLnNwaWxsd2F5LnYxLk1vZGUSEQoJbGltaXRfcnBzGAQgASgBEhMKC29mZmVyZWRfcnBzGAUgASgBEg0KBWVwb2NoGAYgASgEEg8KB3ZlcnNpb24YByABKAQSDgoGdHRsX21zGAggASgNKlUKBFRpZXISFAoQVElFUl9VTlNQRUNJRklFRBAAEg0KCVRJRVJfSE9TVBABEhMKD1RJRVJfQUdHUkVHQVRPUhACEhMKD1RJRVJfQ09OVFJPTExFUhADKj8KBE1vZGUSFAoQTU9ERV9VTlNQRUNJRklFRBAAEhAKDE1PREVfRU5GT1JDRRABEg8KC01PREVfU0hBRE9XEAIyUAoLUmF0ZUNvbnRyb2wSQQoGUmVwb3J0Ehouc3BpbGx3YXkudjEuUmVwb3J0UmVxdWVzdBobLnNwaWxsd2F5LnYxLlJlcG9ydFJlc3BvbnNlYgZwcm90bzM");
 
 /**
  * @generated from message spillway.v1.ReportRequest
@@ -87,6 +87,25 @@ export type ReportRequest = Message<"spillway.v1.ReportRequest"> & {
    * @generated from field: string auth_token = 10;
    */
   authToken: string;
+
+  /**
+   * The receiver that acknowledged this reporter's last acknowledged report (its reply's
+   * responder_id), and that report's window_end_ms by the sender's clock. Empty and 0 when none
+   * since the sender started, and from a sender that reports to every parent at once (fan-out).
+   * A receiver that does not count the sender yet, and finds another receiver named here, holds
+   * the sender out of its sums for what is left of that receiver's grace (window_end_ms minus
+   * this, against the grace): the other receiver still counts the sender's last rate until then,
+   * and counting it at both would drop too much (docs/control-plane.md, "Moving to another
+   * aggregator").
+   *
+   * @generated from field: string acknowledged_by = 11;
+   */
+  acknowledgedBy: string;
+
+  /**
+   * @generated from field: int64 acknowledged_window_end_ms = 12;
+   */
+  acknowledgedWindowEndMs: bigint;
 };
 
 /**
