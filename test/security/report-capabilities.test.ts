@@ -72,7 +72,7 @@ describe('hosts cannot change limits', () => {
     ];
     const hostile = new Uint8Array([
       ...honest,
-      ...smuggled(11, directive),
+      ...smuggled(13, directive),
       ...smuggled(15, response),
       ...smuggled(1000, directive),
     ]);
