@@ -558,15 +558,15 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   /**
    * A reporter (re)joining the sums that another aggregator acknowledged recently is still counted
    * there: that aggregator keeps its last rate for a grace from its last report, and forwards it.
-   * Counting it here as well would double it at the parent for that long (hosts whose links to a
-   * live aggregator were cut: 901 rps against 600 offered, and the fleet admitting 200 against a
-   * limit of 300, test/control/failover-double-count.test.ts). So it joins the sums when the other
-   * aggregator's grace runs out: the time since that acknowledgement is the sender's own
-   * (`window_end_ms - acknowledged_window_end_ms`, one clock), the grace is this aggregator's (the
-   * tier shares one configuration). Not for a reporter this aggregator acknowledged itself (it
-   * restarted, or the reporter came back), which nobody else counts. When the other aggregator
-   * is down instead, its parent keeps its last sum for a child expiry (3 intervals) from its last
-   * forward, about as long: docs/control-plane.md, "Moving to another aggregator".
+   * Counting it here as well would double it at the parent for that long. So it joins the sums
+   * when the other aggregator's grace runs out: the time since that acknowledgement is the sender's
+   * own (`window_end_ms - acknowledged_window_end_ms`, one clock), the grace is this aggregator's
+   * (the tier shares one configuration). Not for a reporter this aggregator acknowledged itself
+   * (it restarted, or the reporter came back), which nobody else counts. The parent sees either
+   * side change only at that side's next forward, so whichever forwards first after the grace
+   * leaves the reporter briefly counted twice or nowhere; and a dead aggregator's last sum stays
+   * at its parent until the child expiry. Measured, with what it cuts and what it costs:
+   * docs/control-plane.md, "Moving to another aggregator".
    */
   function holdOut(host: HostState, request: ReportRequest, nowMs: number): void {
     host.heldOutUntilMs = Number.NEGATIVE_INFINITY;
@@ -891,14 +891,30 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     };
   }
 
+  /**
+   * `request` as sent now, `builtAtMs` having built it. A receiver reads how long ago the last
+   * acknowledgement was from `window_end_ms - acknowledged_window_end_ms`, as if the report went
+   * out at its window's end. A retry to the next parent goes out up to a report timeout later: by
+   * then the parent that acknowledged is that much further into its grace, and a receiver reading
+   * the stale age would hold this aggregator out past that grace, its zone counted nowhere for
+   * about the timeout (0 rps at the controller for 860 ms in a review's test of a parent that
+   * hung). So the acknowledgement moves back by the delay.
+   */
+  function asSentNow(request: ReportRequest, builtAtMs: number): ReportRequest {
+    const lateMs = Math.floor(scheduler.nowMs() - builtAtMs);
+    if (lateMs <= 0 || request.acknowledgedBy === '') return request;
+    return { ...request, acknowledgedWindowEndMs: request.acknowledgedWindowEndMs - BigInt(lateMs) };
+  }
+
   async function forward(): Promise<void> {
-    const request = buildReport(scheduler.nowMs());
+    const builtAtMs = scheduler.nowMs();
+    const request = buildReport(builtAtMs);
     counters.forwards++;
     if (fanout) return forwardToAll(request);
     for (const index of parentOrder(scheduler.nowMs())) {
       const parent = options.parents[index]!;
       try {
-        const response = await parent.report(request, { timeoutMs: timeoutMs() });
+        const response = await parent.report(asSentNow(request, builtAtMs), { timeoutMs: timeoutMs() });
         parentDownUntilMs[index] = Number.NEGATIVE_INFINITY;
         lastForwardFailed = false;
         acknowledgedBy = acknowledgingId(response.responderId);

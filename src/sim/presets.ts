@@ -115,6 +115,17 @@ const presetInputs: Record<string, Record<string, unknown>> = {
       { atS: 40, kind: 'aggregator-up' },
     ],
   },
+  'aggregator-cut': {
+    description:
+      'steady-1.5x with 2 aggregators per zone; from 20 s to 40 s the hosts lose their links to aggregator 0 ' +
+      'of every zone, which stays up and keeps forwarding: its hosts move to aggregator 1.',
+    aggregatorsPerZone: 2,
+    buckets: single([[0, 30_000]]),
+    events: [
+      { atS: 20, kind: 'host-links-down', index: 0 },
+      { atS: 40, kind: 'host-links-up' },
+    ],
+  },
   'controller-outage': {
     description:
       'steady-1.5x; the controller is unreachable from 20 s and a new controller (new epoch, no state) ' +

@@ -24,6 +24,11 @@ export interface ScenarioBucket {
 export type ScenarioEvent =
   /** Partition an aggregator (or every aggregator of a zone, or of every zone) away / back. */
   | { atS: number; kind: 'aggregator-down' | 'aggregator-up'; zone?: number; index?: number }
+  /**
+   * Cut / restore the hosts' links to an aggregator (selected as above) while it stays up and keeps
+   * forwarding to the controller: its hosts fail over to the zone's other aggregators.
+   */
+  | { atS: number; kind: 'host-links-down' | 'host-links-up'; zone?: number; index?: number }
   /** The controller becomes unreachable (its state is kept until a restart). */
   | { atS: number; kind: 'controller-down' }
   /** A new controller process takes over: fresh state, a new (higher) epoch, reachable again. */
@@ -77,7 +82,7 @@ const atS = z.number().finite().min(0);
 const eventSchema = z.discriminatedUnion('kind', [
   z.object({
     atS,
-    kind: z.enum(['aggregator-down', 'aggregator-up']),
+    kind: z.enum(['aggregator-down', 'aggregator-up', 'host-links-down', 'host-links-up']),
     zone: z.number().int().min(0).optional(),
     index: z.number().int().min(0).optional(),
   }),

@@ -98,6 +98,10 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
   );
 
   const hosts = new Map<number, GlobalLimiter>();
+  /** Each host's links, one per aggregator of its zone: the sender addresses `host-links-down` cuts. */
+  const hostLinks = new Map<number, { zone: number; index: number; from: string }[]>();
+  /** Aggregators whose host links are cut (`zone:index`): a host joining meanwhile is cut from them too. */
+  const cutAggregators = new Set<string>();
   // Hosts joined so far per zone: each new host's first aggregator is the next one round-robin, so a
   // zone's hosts spread over its aggregators whatever ids the caller gives them. (Rotating by the
   // host id alone put every host of a zone on the same first aggregator when ids are spread
@@ -110,8 +114,17 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
       const count = scenario.aggregatorsPerZone;
       const first = (joinedPerZone[zone] ?? 0) % count;
       joinedPerZone[zone] = (joinedPerZone[zone] ?? 0) + 1;
-      const clients = Array.from({ length: count }, (_, i) =>
-        network.connect(aggregatorAddress(zone, (first + i) % count), { from: reporterId }),
+      // One sender address per link, so that a host's link to one aggregator can be cut alone.
+      const links = Array.from({ length: count }, (_, i) => {
+        const index = (first + i) % count;
+        return { zone, index, from: `${reporterId}>${aggregatorAddress(zone, index)}` };
+      });
+      hostLinks.set(hostId, links);
+      for (const link of links) {
+        if (cutAggregators.has(`${zone}:${link.index}`)) network.partition(link.from, true);
+      }
+      const clients = links.map((link) =>
+        network.connect(aggregatorAddress(zone, link.index), { from: link.from }),
       );
       const limiter = createGlobalLimiter({
         reporterId,
@@ -130,6 +143,8 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
     removeHost(hostId) {
       const limiter = hosts.get(hostId);
       hosts.delete(hostId);
+      for (const link of hostLinks.get(hostId) ?? []) network.partition(link.from, false);
+      hostLinks.delete(hostId);
       void limiter?.stop();
     },
     applyEvent(event: ScenarioEvent) {
@@ -144,6 +159,24 @@ export function createSpillwayFleet(options: SpillwayFleetOptions): SimFleet {
             }
           }
           break;
+        case 'host-links-down':
+        case 'host-links-up': {
+          const down = event.kind === 'host-links-down';
+          const selected = (zone: number, index: number) =>
+            (event.zone === undefined || event.zone === zone) &&
+            (event.index === undefined || event.index === index);
+          for (let zone = 0; zone < scenario.zones; zone++) {
+            for (let index = 0; index < scenario.aggregatorsPerZone; index++) {
+              if (!selected(zone, index)) continue;
+              if (down) cutAggregators.add(`${zone}:${index}`);
+              else cutAggregators.delete(`${zone}:${index}`);
+            }
+          }
+          for (const links of hostLinks.values()) {
+            for (const link of links) if (selected(link.zone, link.index)) network.partition(link.from, down);
+          }
+          break;
+        }
         case 'controller-down':
           network.partition(CONTROLLER_ADDRESS, true);
           break;

@@ -96,7 +96,9 @@ export type ReportRequest = Message<"spillway.v1.ReportRequest"> & {
    * the sender out of its sums for what is left of that receiver's grace (window_end_ms minus
    * this, against the grace): the other receiver still counts the sender's last rate until then,
    * and counting it at both would drop too much (docs/control-plane.md, "Moving to another
-   * aggregator").
+   * aggregator"). The difference is read as the acknowledgement's age when the report is sent: a
+   * sender that sends a report later than its window's end (a retry to another parent) moves
+   * acknowledged_window_end_ms back by the delay.
    *
    * @generated from field: string acknowledged_by = 11;
    */
