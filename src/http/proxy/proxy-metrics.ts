@@ -21,9 +21,9 @@ export type ProxyOutcome =
   | 'upstream_queue_full'
   /** The client went away before the response was complete; the upstream request was aborted (or never sent). */
   | 'client_abort'
-  /** The request body paused longer than `server.bodyTimeoutMs` or came slower than `server.bodyMinBytesPerSec` (408 or a cut response), or the client took no response bytes for `server.sendTimeoutMs` (cut); upstream request aborted. */
+  /** The request headers or the whole request did not arrive within `server.headersTimeoutMs` / `server.requestTimeoutMs` (408, Node's sweep), the request body paused longer than `server.bodyTimeoutMs` or came slower than `server.bodyMinBytesPerSec` (408 or a cut response), or the client took no response bytes for `server.sendTimeoutMs` (cut); upstream request aborted. */
   | 'client_timeout'
-  /** The request could not be forwarded as sent (bad target, CONNECT): 4xx from the proxy. */
+  /** The request could not be forwarded as sent (unparsable, headers too large, bad target, CONNECT, repeated key header): 4xx from the proxy. */
   | 'bad_request'
   /** Answered by the proxy itself, never forwarded: `OPTIONS *` (200 with `Allow`). */
   | 'answered_locally';

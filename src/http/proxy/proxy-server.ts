@@ -21,6 +21,7 @@ import {
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
+import { type ClientErrorOutcome, createClientErrorListener } from './client-error.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
@@ -31,8 +32,9 @@ import {
   type ProxyOutcome,
 } from './proxy-metrics.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
+import { writeRawResponse } from './raw-response.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
-import { CLOSE_GRACE_MS, joinTunnel, type Tunnel } from './tunnel.js';
+import { joinTunnel, type Tunnel } from './tunnel.js';
 import { type PoolTurn, UpstreamQueue } from './upstream-queue.js';
 import { switchingProtocolsHead, type UpgradeAnswer, UpstreamUpgrade } from './upstream-upgrade.js';
 
@@ -198,6 +200,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   const upgradeSockets = new Set<Duplex>();
   /** Set while a graceful stop waits for the last tunnel to close. */
   let lastTunnelClosed: (() => void) | undefined;
+  /**
+   * Client connections cut by the `clientError` listener while a request on them was in the
+   * proxy's hands, and why: that request counts this outcome rather than `client_abort`.
+   */
+  const cutConnections = new WeakMap<Duplex, ClientErrorOutcome>();
   let lastLimiterErrorLogMs = 0;
 
   // Node enforces `headersTimeout` and `requestTimeout` by a sweep over connections every
@@ -206,6 +213,16 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   // within a second; the sweep visits only connections with a request in progress.
   const server: Server = createServer({ keepAlive: true, connectionsCheckingInterval: TIMEOUT_SWEEP_MS });
   applyServerTimeouts(server, options.rules);
+  // Requests Node's parser rejects or its timeout sweep expires: answered and counted here, as
+  // the proxy's other answers, instead of Node's bare status lines (see client-error.ts).
+  server.on(
+    'clientError',
+    createClientErrorListener({
+      timeouts: () => ({ headersTimeoutMs: server.headersTimeout, requestTimeoutMs: server.requestTimeout }),
+      count: (outcome) => metrics.request(outcome),
+      cut: (socket, outcome) => cutConnections.set(socket, outcome),
+    }),
+  );
   server.on('request', (req: IncomingMessage, res: ServerResponse) => serve(req, res, false));
   // Decide before telling a client to send its body: a rejected upload is never transferred.
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => serve(req, res, true));
@@ -229,6 +246,11 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       },
     );
   });
+
+  /** The outcome of a request whose client went away: `client_abort`, unless its connection was cut. */
+  function goneOutcome(req: IncomingMessage): ProxyOutcome {
+    return cutConnections.get(req.socket) ?? 'client_abort';
+  }
 
   function track(delta: number): void {
     inFlight += delta;
@@ -456,7 +478,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     proceed(verdict: Verdict): void {
       const { req, res } = this;
       if (this.clientGone) {
-        metrics.request('client_abort');
+        metrics.request(goneOutcome(req));
         return;
       }
       if (verdict.repeatedHeader !== undefined) {
@@ -715,7 +737,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (!this.forwarded) return;
       // Not yet on a connection: skipped in `queue`, or aborted in onRequestStart when it gets one.
       if (!this.upstreamEnded) this.controller?.abort(new ExchangeAbortError(CLIENT_GONE));
-      this.settle('client_abort');
+      this.settle(goneOutcome(this.req));
     }
 
     onRequestStart(controller: Dispatcher.DispatchController): void {
@@ -791,7 +813,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (this.outcome !== undefined) return;
       const res = this.res;
       if (this.clientGone || res.destroyed || this.req.destroyed) {
-        this.settle('client_abort');
+        this.settle(goneOutcome(this.req));
         return;
       }
       if (res.headersSent) {
@@ -1170,35 +1192,6 @@ function sendJson(
     'cache-control': 'no-store',
   });
   res.end(text);
-}
-
-const STATUS_TEXT: Record<number, string> = {
-  400: 'Bad Request',
-  405: 'Method Not Allowed',
-  429: 'Too Many Requests',
-  502: 'Bad Gateway',
-  503: 'Service Unavailable',
-  504: 'Gateway Timeout',
-};
-
-/**
- * A whole HTTP/1.1 response on a socket Node handed over (upgrade, CONNECT); closes it, and
- * destroys it `CLOSE_GRACE_MS` after if the peer keeps its side open.
- */
-function writeRawResponse(
-  socket: Duplex,
-  status: number,
-  headers: Record<string, string>,
-  body: Record<string, unknown>,
-): void {
-  const text = `${JSON.stringify(body)}\n`;
-  let head = `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n`;
-  for (const [name, value] of Object.entries(headers)) head += `${name}: ${value}\r\n`;
-  head += `content-type: application/json; charset=utf-8\r\ncontent-length: ${Buffer.byteLength(text)}\r\n`;
-  head += 'cache-control: no-store\r\n';
-  head += 'connection: close\r\n\r\n';
-  socket.end(head + text);
-  setTimeout(() => socket.destroy(), CLOSE_GRACE_MS).unref();
 }
 
 interface UpstreamFailure {

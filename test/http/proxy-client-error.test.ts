@@ -1,0 +1,183 @@
+import assert from 'node:assert/strict';
+import { maxHeaderSize } from 'node:http';
+import { connect } from 'node:net';
+import { describe, it } from 'node:test';
+import { until } from '../helpers/until.js';
+import { bodyLength, metricValue, ProxyFixtures, send, type TestProxy } from './proxy-harness.js';
+
+// Requests Node's HTTP server gives up on before the proxy sees them whole (unparsable, headers
+// too large, not in within server.headersTimeoutMs / requestTimeoutMs): answered by the proxy's
+// `clientError` listener with a JSON body, `Connection: close`, and counted.
+
+const fixtures = new ProxyFixtures();
+
+function outcome(proxy: TestProxy, name: string): Promise<number> {
+  return metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
+}
+
+function rules(server = ''): string {
+  return `${server}backend:\n  kind: local\nbuckets: []\n`;
+}
+
+interface RawResponse {
+  status: number;
+  headers: Record<string, string>;
+  body: string;
+  /** From the first byte written to the proxy closing the connection. */
+  elapsedMs: number;
+}
+
+/** Writes `text` on a fresh connection, then nothing more; resolves once the proxy closes it. */
+function rawRequest(proxy: TestProxy, text: string): Promise<RawResponse> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(Number(new URL(proxy.base).port), '127.0.0.1');
+    const chunks: Buffer[] = [];
+    let startedMs = 0;
+    socket.on('connect', () => {
+      startedMs = performance.now();
+      socket.write(text);
+    });
+    socket.on('data', (chunk: Buffer) => chunks.push(chunk));
+    socket.on('error', reject);
+    socket.on('close', () => {
+      const received = Buffer.concat(chunks).toString('utf8');
+      const split = received.indexOf('\r\n\r\n');
+      const [statusLine = '', ...lines] = received.slice(0, split).split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const line of lines) {
+        const colon = line.indexOf(':');
+        headers[line.slice(0, colon).toLowerCase()] = line.slice(colon + 1).trim();
+      }
+      resolve({
+        status: Number(/^HTTP\/1\.1 (\d{3}) /.exec(statusLine)?.[1] ?? 0),
+        headers,
+        body: split < 0 ? '' : received.slice(split + 4),
+        elapsedMs: performance.now() - startedMs,
+      });
+    });
+  });
+}
+
+/** The shape every answer of the listener has: JSON, its length right, the connection closed. */
+function assertJsonAnswer(response: RawResponse, status: number): { error: string; message: string } {
+  assert.equal(response.status, status, `status line of ${JSON.stringify(response)}`);
+  assert.equal(response.headers['content-type'], 'application/json; charset=utf-8');
+  assert.equal(response.headers.connection, 'close');
+  assert.equal(Number(response.headers['content-length']), Buffer.byteLength(response.body));
+  return JSON.parse(response.body);
+}
+
+async function assertServes(proxy: TestProxy): Promise<void> {
+  const response = await send(`${proxy.base}/after`);
+  assert.equal(response.status, 200);
+  assert.equal(response.body, 'ok');
+}
+
+describe('spillway proxy: requests Node cannot hand over', { timeout: 30_000 }, () => {
+  it('a request line and then nothing gets a JSON 408 within server.headersTimeoutMs, counted client_timeout', async () => {
+    const { proxy, upstream } = await fixtures.start(rules('server:\n  headersTimeoutMs: 500\n'));
+    const response = await rawRequest(proxy, 'GET /slow HTTP/1.1\r\n');
+    assert.deepEqual(assertJsonAnswer(response, 408), {
+      error: 'client_timeout',
+      message: 'no complete request headers within 500 ms',
+    });
+    // Node sweeps its timeouts once a second here.
+    assert.ok(
+      response.elapsedMs >= 450 && response.elapsedMs < 2_500,
+      `answered after ${response.elapsedMs} ms`,
+    );
+    assert.equal(await outcome(proxy, 'client_timeout'), 1);
+    assert.equal(upstream.seen.length, 0);
+    await assertServes(proxy);
+  });
+
+  for (const [what, text] of [
+    ['a garbage request line', 'THIS IS NOT HTTP\r\n\r\n'],
+    ['a header name with a space', 'GET / HTTP/1.1\r\nHost: x\r\nBad Header: y\r\n\r\n'],
+  ] as const) {
+    it(`${what} gets a JSON 400, counted bad_request`, async () => {
+      const { proxy, upstream } = await fixtures.start(rules());
+      const body = assertJsonAnswer(await rawRequest(proxy, text), 400);
+      assert.equal(body.error, 'bad_request');
+      assert.match(body.message, /^the request could not be parsed: .+ \(HPE_[A-Z_]+\)$/);
+      assert.equal(await outcome(proxy, 'bad_request'), 1);
+      assert.equal(upstream.seen.length, 0);
+      await assertServes(proxy);
+    });
+  }
+
+  it('headers over http.maxHeaderSize get a JSON 431, counted bad_request', async () => {
+    const { proxy, upstream } = await fixtures.start(rules());
+    const big = 'a'.repeat(maxHeaderSize + 1024);
+    const response = await rawRequest(proxy, `GET / HTTP/1.1\r\nHost: x\r\nX-Big: ${big}\r\n\r\n`);
+    assert.deepEqual(assertJsonAnswer(response, 431), {
+      error: 'bad_request',
+      message: `the request headers are larger than ${maxHeaderSize} bytes`,
+    });
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+    assert.equal(upstream.seen.length, 0);
+    await assertServes(proxy);
+  });
+
+  it('serves on after all three at once, each counted once', async () => {
+    const { proxy } = await fixtures.start(rules('server:\n  headersTimeoutMs: 300\n'));
+    const answers = await Promise.all([
+      rawRequest(proxy, 'GET /slow HTTP/1.1\r\nHost: x\r\n'),
+      rawRequest(proxy, 'THIS IS NOT HTTP\r\n\r\n'),
+      rawRequest(proxy, `GET / HTTP/1.1\r\nX-Big: ${'a'.repeat(maxHeaderSize + 1)}\r\n\r\n`),
+      send(`${proxy.base}/during`),
+    ]);
+    assert.deepEqual(
+      answers.map((answer) => answer.status),
+      [408, 400, 431, 200],
+    );
+    await assertServes(proxy);
+    assert.equal(await outcome(proxy, 'client_timeout'), 1);
+    assert.equal(await outcome(proxy, 'bad_request'), 2);
+    assert.equal(await outcome(proxy, 'forwarded'), 2);
+  });
+
+  it('a forwarded request whose chunked body is malformed gets a JSON 400, counted bad_request, not client_abort', async () => {
+    let upstreamLength: Promise<number> | undefined;
+    const { proxy } = await fixtures.start(rules(), (req, res) => {
+      if (req.url === '/upload') upstreamLength = bodyLength(req);
+      else res.end('ok');
+    });
+    const response = await rawRequest(
+      proxy,
+      'POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n',
+    );
+    const body = assertJsonAnswer(response, 400);
+    assert.equal(body.error, 'bad_request');
+    assert.match(body.message, /\(HPE_INVALID_CHUNK_SIZE\)$/);
+    await until('the request was forwarded', () => upstreamLength !== undefined);
+    assert.equal(await upstreamLength, -1, 'the upstream sees the upload cut');
+    await until('counted as bad_request', async () => (await outcome(proxy, 'bad_request')) === 1);
+    assert.equal(await outcome(proxy, 'client_abort'), 0);
+    await assertServes(proxy);
+  });
+
+  it('a forwarded request whose body misses server.requestTimeoutMs gets a JSON 408, counted client_timeout, not client_abort', async () => {
+    let upstreamLength: Promise<number> | undefined;
+    const { proxy } = await fixtures.start(
+      rules('server:\n  requestTimeoutMs: 500\n  headersTimeoutMs: 400\n'),
+      (req, res) => {
+        if (req.url === '/upload') upstreamLength = bodyLength(req);
+        else res.end('ok');
+      },
+    );
+    const response = await rawRequest(
+      proxy,
+      'POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789',
+    );
+    assert.deepEqual(assertJsonAnswer(response, 408), {
+      error: 'client_timeout',
+      message: 'no complete request within 500 ms',
+    });
+    assert.ok(upstreamLength !== undefined, 'the request was forwarded');
+    assert.equal(await upstreamLength, -1, 'the upstream sees the upload cut');
+    await until('counted as client_timeout', async () => (await outcome(proxy, 'client_timeout')) === 1);
+    assert.equal(await outcome(proxy, 'client_abort'), 0);
+    await assertServes(proxy);
+  });
+});
