@@ -180,4 +180,41 @@ describe('spillway proxy: requests Node cannot hand over', { timeout: 30_000 }, 
     assert.equal(await outcome(proxy, 'client_abort'), 0);
     await assertServes(proxy);
   });
+
+  it('a request already answered whose leftover body then fails is counted once, answered once', async () => {
+    const { proxy } = await fixtures.start(rules('server:\n  requestTimeoutMs: 500\n'));
+    // A target the proxy answers 400 before reading the body; the connection stays open for it.
+    const chunked = rawRequest(
+      proxy,
+      'POST ftp://x/ HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n',
+    );
+    const stalled = rawRequest(proxy, 'POST ftp://x/ HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123');
+    for (const response of await Promise.all([chunked, stalled])) {
+      assert.equal(response.status, 400);
+      assert.equal((response.body.match(/HTTP\/1\.1 /g) ?? []).length, 0, `one response: ${response.body}`);
+    }
+    assert.equal(await outcome(proxy, 'bad_request'), 2);
+    assert.equal(await outcome(proxy, 'client_timeout'), 0);
+  });
+
+  it('pipelined behind an unanswered request, a failing one is counted as itself and answered nothing ahead of it', async () => {
+    const { proxy } = await fixtures.start(
+      rules('server:\n  headersTimeoutMs: 500\n  requestTimeoutMs: 5000\n'),
+      (_req, res) => {
+        setTimeout(() => res.end('slow'), 1500);
+      },
+    );
+    // Garbage behind a valid request: the garbage is the bad request; the valid one loses its connection.
+    const garbage = await rawRequest(proxy, 'GET /one HTTP/1.1\r\nHost: x\r\n\r\nTHIS IS NOT HTTP\r\n\r\n');
+    assert.equal(garbage.status, 0, `nothing written ahead of /one: ${garbage.body}`);
+    await until('both counted', async () => (await outcome(proxy, 'client_abort')) === 1);
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+    // Headers that never complete behind a valid request: headersTimeoutMs's, not requestTimeoutMs's.
+    const late = await rawRequest(proxy, 'GET /one HTTP/1.1\r\nHost: x\r\n\r\nGET /two HTTP/1.1\r\n');
+    assert.equal(late.status, 0, `nothing written ahead of /one: ${late.body}`);
+    assert.ok(late.elapsedMs < 1500 + 1000, `cut by the 500 ms headers bound: ${late.elapsedMs} ms`);
+    await until('both counted', async () => (await outcome(proxy, 'client_abort')) === 2);
+    assert.equal(await outcome(proxy, 'client_timeout'), 1);
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+  });
 });

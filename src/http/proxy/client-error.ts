@@ -1,4 +1,4 @@
-import { maxHeaderSize, type ServerResponse } from 'node:http';
+import { type IncomingMessage, maxHeaderSize, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { ProxyOutcome } from './proxy-metrics.js';
 import { writeRawResponse } from './raw-response.js';
@@ -6,9 +6,17 @@ import { writeRawResponse } from './raw-response.js';
 /** What a request Node's server gave up on is counted as. */
 export type ClientErrorOutcome = Extract<ProxyOutcome, 'client_timeout' | 'bad_request'>;
 
+/** A request the proxy was handed, and its response. */
+export interface ClientExchange {
+  req: IncomingMessage;
+  res: ServerResponse;
+}
+
 export interface ClientErrorListenerOptions {
   /** Node's bounds on receiving a request, as the server has them now (rules reloads change them). */
   timeouts(): { headersTimeoutMs: number; requestTimeoutMs: number };
+  /** The last request the proxy was handed on this connection, if any. */
+  lastExchange(socket: Duplex): ClientExchange | undefined;
   /** A request that never reached the proxy's handlers was answered here (or could not be): count it. */
   count(outcome: ClientErrorOutcome): void;
   /**
@@ -40,8 +48,17 @@ interface ClientErrorAnswer {
  *   answer. The socket is destroyed and nothing is counted here; a request on it that reached
  *   the proxy counts `client_abort`, as any client that leaves does.
  *
- * Nothing is written when the connection's current response has started (its bytes would corrupt
- * it; the socket is only destroyed, as Node does), nor on a socket already ended.
+ * Whose error it is: the last request the proxy was handed on the connection while its body is
+ * still arriving (its headers were complete, so a timeout is `requestTimeout`'s), else a new
+ * request Node had not handed over (so `headersTimeout` unless only `requestTimeout` is set). A
+ * request the proxy already answered whose leftover body then fails was counted when answered:
+ * nothing more is counted or written. (Node's `socket._httpMessage`, which its own default
+ * answer reads, is cleared once a response finishes, while that request's body may still be
+ * arriving, and is set for a pipelined request the error does not belong to.)
+ *
+ * Nothing is written while an earlier request on the connection is unanswered or mid-response:
+ * the client matches responses to requests in order, so the answer would pass for that request's
+ * (or land inside it). The socket is then only destroyed, and that request counts `client_abort`.
  */
 export function createClientErrorListener(
   options: ClientErrorListenerOptions,
@@ -61,17 +78,18 @@ function answerClientError(error: Error, socket: Duplex, options: ClientErrorLis
   // destroys it once the peer has had time to read what was sent; destroying it now could reset
   // the connection before it has.
   if (socket.destroyed || socket.writableEnded) return;
-  // The response of the connection's current request once that request reached the proxy's
-  // handlers, else null: the field Node's own default answer checks (not a public one).
-  const current = (socket as { _httpMessage?: ServerResponse | null })._httpMessage ?? null;
-  const answer = describeClientError(error, options.timeouts(), current !== null);
-  if (answer === undefined) {
+  const last = options.lastExchange(socket);
+  const arriving = last !== undefined && !last.req.complete ? last : undefined;
+  const answer = describeClientError(error, options.timeouts(), arriving !== undefined);
+  if (answer === undefined || arriving?.res.writableEnded) {
     socket.destroy();
     return;
   }
-  if (current === null) options.count(answer.outcome);
-  else options.cut(socket, answer.outcome);
-  if (!socket.writable || current?.headersSent) {
+  if (arriving) options.cut(socket, answer.outcome);
+  else options.count(answer.outcome);
+  // Its own response not started (the request arriving), or every earlier one finished.
+  const mayAnswer = arriving ? !arriving.res.headersSent : last === undefined || last.res.writableFinished;
+  if (!socket.writable || !mayAnswer) {
     socket.destroy();
     return;
   }

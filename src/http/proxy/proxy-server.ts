@@ -21,7 +21,7 @@ import {
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
-import { type ClientErrorOutcome, createClientErrorListener } from './client-error.js';
+import { type ClientErrorOutcome, type ClientExchange, createClientErrorListener } from './client-error.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
@@ -205,6 +205,8 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * proxy's hands, and why: that request counts this outcome rather than `client_abort`.
    */
   const cutConnections = new WeakMap<Duplex, ClientErrorOutcome>();
+  /** Per client connection, the last request the proxy was handed: whose a `clientError` is. */
+  const lastExchanges = new WeakMap<Duplex, ClientExchange>();
   let lastLimiterErrorLogMs = 0;
 
   // Node enforces `headersTimeout` and `requestTimeout` by a sweep over connections every
@@ -219,6 +221,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     'clientError',
     createClientErrorListener({
       timeouts: () => ({ headersTimeoutMs: server.headersTimeout, requestTimeoutMs: server.requestTimeout }),
+      lastExchange: (socket) => lastExchanges.get(socket),
       count: (outcome) => metrics.request(outcome),
       cut: (socket, outcome) => cutConnections.set(socket, outcome),
     }),
@@ -261,6 +264,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     // Pipelined behind a connection's last response, read while its body is dropped
     // (`lingeringClose`): never answered, the connection closes.
     if (req.socket.writableEnded) return;
+    lastExchanges.set(req.socket, { req, res });
     track(1);
     const exchange = new Exchange(req, res, active, expectContinue);
     // The one `close` listener of a request: in-flight count, and a client leaving mid-forward.
