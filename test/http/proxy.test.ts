@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { request } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { createServer as createNetServer } from 'node:net';
+import { connect, createServer as createNetServer } from 'node:net';
 import { describe, it } from 'node:test';
 import type { Decision } from '../../src/core/decision.js';
 import type { ProxyBackend } from '../../src/http/proxy/proxy-backend.js';
@@ -723,6 +723,44 @@ describe('spillway proxy: forwarding', () => {
       async () =>
         (await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'client_abort' })) ===
         1,
+    );
+  });
+
+  it('a client that goes away with pipelined requests: each counted once, none left in flight', async () => {
+    const upstream = await startUpstream((_req, res) => {
+      setTimeout(() => res.end('slow'), 300);
+    });
+    const { proxy } = await setup(`${LOCAL}buckets: []\n`, upstream);
+    const outcome = (name: string) =>
+      metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: name });
+    const socket = connect(proxy.proxy.port, '127.0.0.1');
+    socket.on('error', () => {});
+    socket.write('GET /one HTTP/1.1\r\nHost: a\r\n\r\nGET /two HTTP/1.1\r\nHost: a\r\n\r\n');
+    await until('the upstream has both', () => upstream.seen.length === 2);
+    socket.resetAndDestroy();
+    // The second waits behind the first with no socket of its own: it used to stay in flight.
+    await until('none in flight', () => proxy.proxy.inFlight === 0);
+    await until('both counted as client_abort', async () => (await outcome('client_abort')) === 2);
+    assert.equal(await outcome('forwarded'), 0);
+  });
+
+  it('pipelined requests with bodies are all answered and counted once', async () => {
+    const upstream = await startUpstream((req, res) => {
+      req.resume();
+      req.on('end', () => setTimeout(() => res.end('ok'), 100));
+    });
+    const { proxy } = await setup(`${LOCAL}buckets: []\n`, upstream);
+    const answers = await rawExchange(
+      proxy.proxy.port,
+      'POST /a HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\nabc' +
+        'POST /b HTTP/1.1\r\nHost: a\r\nContent-Length: 3\r\n\r\ndef' +
+        'GET /c HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n',
+    );
+    assert.equal(answers.match(/HTTP\/1\.1 200 /g)?.length, 3, answers);
+    await until('none in flight', () => proxy.proxy.inFlight === 0);
+    assert.equal(
+      await metricValue(proxy.registry, 'spillway_proxy_requests_total', { outcome: 'forwarded' }),
+      3,
     );
   });
 

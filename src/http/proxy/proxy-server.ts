@@ -207,6 +207,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   const cutConnections = new WeakMap<Duplex, ClientErrorOutcome>();
   /** Per client connection, the last request the proxy was handed: whose a `clientError` is. */
   const lastExchanges = new WeakMap<Duplex, ClientExchange>();
+  /**
+   * Per client connection, its exchanges not yet closed. A pipelined request waiting behind
+   * another has a response with no socket yet, which never closes if the connection does: its
+   * in-flight count stayed up for good and it was counted nowhere (found by a review). The
+   * connection's own `close` closes what is left.
+   */
+  const openExchanges = new WeakMap<Duplex, Set<Exchange>>();
   let lastLimiterErrorLogMs = 0;
 
   // Node enforces `headersTimeout` and `requestTimeout` by a sweep over connections every
@@ -269,6 +276,16 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     const exchange = new Exchange(req, res, active, expectContinue);
     // The one `close` listener of a request: in-flight count, and a client leaving mid-forward.
     res.on('close', () => exchange.closed());
+    let open = openExchanges.get(req.socket);
+    if (!open) {
+      const exchanges = new Set<Exchange>();
+      open = exchanges;
+      openExchanges.set(req.socket, exchanges);
+      req.socket.once('close', () => {
+        for (const left of exchanges) left.closed();
+      });
+    }
+    open.add(exchange);
     try {
       if (draining) res.setHeader('connection', 'close');
       if (req.url === '*' && req.method === 'OPTIONS') {
@@ -731,6 +748,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
      * `proceed` forwards nothing) or while forwarded (abort upstream).
      */
     closed(): void {
+      if (!openExchanges.get(this.req.socket)?.delete(this)) return;
       track(-1);
       if (this.outcome !== undefined) return;
       if (this.res.writableFinished) {
