@@ -320,11 +320,7 @@ export class Reporter {
       // rejection (which would end the process) or stop the loop.
       try {
         if (outcome instanceof SpillwayError) this.#onFailure(client, clientIndex, outcome);
-        else {
-          this.#acknowledgedBy = acknowledgingId(outcome.responderId);
-          this.#acknowledgedWindowEndMs = request.windowEndMs;
-          this.#onSuccess(outcome, included, nowMs);
-        }
+        else this.#onSuccess(outcome, included, nowMs);
       } catch (error) {
         this.#config.logger?.warn(
           { err: error, target: client.target },
@@ -376,6 +372,8 @@ export class Reporter {
     this.#stats.consecutiveFailures = 0;
     for (const bucket of included) bucket.clearPending();
     this.#reportStartMs = Math.max(this.#reportStartMs, sentAtMs);
+    this.#acknowledgedBy = acknowledgingId(response.responderId);
+    this.#acknowledgedWindowEndMs = BigInt(Math.round(sentAtMs)); // the report's window end
     const nowMs = this.#scheduler.nowMs();
     this.#lastSuccessAtMs = nowMs;
     if (this.#stopped) return;

@@ -21,7 +21,7 @@ import {
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
-import { type ClientErrorOutcome, type ClientExchange, createClientErrorListener } from './client-error.js';
+import { type ClientErrorOutcome, createClientErrorListener } from './client-error.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
@@ -200,20 +200,24 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   const upgradeSockets = new Set<Duplex>();
   /** Set while a graceful stop waits for the last tunnel to close. */
   let lastTunnelClosed: (() => void) | undefined;
-  /**
-   * Client connections cut by the `clientError` listener while a request on them was in the
-   * proxy's hands, and why: that request counts this outcome rather than `client_abort`.
-   */
-  const cutConnections = new WeakMap<Duplex, ClientErrorOutcome>();
-  /** Per client connection, the last request the proxy was handed: whose a `clientError` is. */
-  const lastExchanges = new WeakMap<Duplex, ClientExchange>();
-  /**
-   * Per client connection, its exchanges not yet closed. A pipelined request waiting behind
-   * another has a response with no socket yet, which never closes if the connection does: its
-   * in-flight count stayed up for good and it was counted nowhere (found by a review). The
-   * connection's own `close` closes what is left.
-   */
-  const openExchanges = new WeakMap<Duplex, Set<Exchange>>();
+  /** What the proxy keeps per client connection, from its first request on. */
+  interface ClientConnection {
+    /** The last request the proxy was handed: whose a `clientError` is. */
+    last: Exchange;
+    /**
+     * Exchanges not yet closed. A pipelined request waiting behind another has a response with
+     * no socket yet, which never closes if the connection does: its in-flight count stayed up for
+     * good and it was counted nowhere (found by a review). The connection's `close` closes what
+     * is left.
+     */
+    open: Set<Exchange>;
+    /**
+     * Set when the `clientError` listener cut the connection while a request on it was in the
+     * proxy's hands: that request counts this outcome rather than `client_abort`.
+     */
+    cut?: ClientErrorOutcome;
+  }
+  const connections = new WeakMap<Duplex, ClientConnection>();
   let lastLimiterErrorLogMs = 0;
 
   // Node enforces `headersTimeout` and `requestTimeout` by a sweep over connections every
@@ -228,9 +232,12 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     'clientError',
     createClientErrorListener({
       timeouts: () => ({ headersTimeoutMs: server.headersTimeout, requestTimeoutMs: server.requestTimeout }),
-      lastExchange: (socket) => lastExchanges.get(socket),
+      lastExchange: (socket) => connections.get(socket)?.last,
       count: (outcome) => metrics.request(outcome),
-      cut: (socket, outcome) => cutConnections.set(socket, outcome),
+      cut: (socket, outcome) => {
+        const connection = connections.get(socket);
+        if (connection) connection.cut = outcome;
+      },
     }),
   );
   server.on('request', (req: IncomingMessage, res: ServerResponse) => serve(req, res, false));
@@ -259,7 +266,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
 
   /** The outcome of a request whose client went away: `client_abort`, unless its connection was cut. */
   function goneOutcome(req: IncomingMessage): ProxyOutcome {
-    return cutConnections.get(req.socket) ?? 'client_abort';
+    return connections.get(req.socket)?.cut ?? 'client_abort';
   }
 
   function track(delta: number): void {
@@ -271,21 +278,21 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     // Pipelined behind a connection's last response, read while its body is dropped
     // (`lingeringClose`): never answered, the connection closes.
     if (req.socket.writableEnded) return;
-    lastExchanges.set(req.socket, { req, res });
     track(1);
     const exchange = new Exchange(req, res, active, expectContinue);
     // The one `close` listener of a request: in-flight count, and a client leaving mid-forward.
     res.on('close', () => exchange.closed());
-    let open = openExchanges.get(req.socket);
-    if (!open) {
-      const exchanges = new Set<Exchange>();
-      open = exchanges;
-      openExchanges.set(req.socket, exchanges);
+    let connection = connections.get(req.socket);
+    if (connection) connection.last = exchange;
+    else {
+      const open = new Set<Exchange>();
+      connection = { last: exchange, open };
+      connections.set(req.socket, connection);
       req.socket.once('close', () => {
-        for (const left of exchanges) left.closed();
+        for (const left of open) left.closed();
       });
     }
-    open.add(exchange);
+    connection.open.add(exchange);
     try {
       if (draining) res.setHeader('connection', 'close');
       if (req.url === '*' && req.method === 'OPTIONS') {
@@ -748,7 +755,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
      * `proceed` forwards nothing) or while forwarded (abort upstream).
      */
     closed(): void {
-      if (!openExchanges.get(this.req.socket)?.delete(this)) return;
+      if (!connections.get(this.req.socket)?.open.delete(this)) return;
       track(-1);
       if (this.outcome !== undefined) return;
       if (this.res.writableFinished) {
