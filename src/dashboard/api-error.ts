@@ -3,7 +3,11 @@
  * Like SpillwayError codes they are stable (docs/dashboard.md lists them); messages may improve.
  */
 export const ApiErrorCode = {
-  /** The body is not JSON, not an object of the expected shape, or a value is out of range (400). */
+  /**
+   * The body is not JSON, not an object of the expected shape, or a value is out of range; or the
+   * request itself is malformed: unparsable HTTP, an HTTP/1.1 request without `Host`, a target that
+   * is no URL (400).
+   */
   InvalidRequest: 'ERR_SPILLWAY_INVALID_REQUEST',
   /** No `Authorization: Bearer` header, or the token is wrong (401). */
   Unauthenticated: 'ERR_SPILLWAY_UNAUTHENTICATED',
@@ -22,8 +26,15 @@ export const ApiErrorCode = {
   NotFound: 'ERR_SPILLWAY_NOT_FOUND',
   /** The path exists but not for this method (405, with `allow`). */
   MethodNotAllowed: 'ERR_SPILLWAY_METHOD_NOT_ALLOWED',
-  /** The body is larger than the API accepts (413). */
+  /** The body is larger than the API accepts, or its chunk extensions are larger than Node's parser takes (413). */
   PayloadTooLarge: 'ERR_SPILLWAY_PAYLOAD_TOO_LARGE',
+  /** The request headers are larger than Node's `http.maxHeaderSize` (431); the connection is closed. */
+  HeadersTooLarge: 'ERR_SPILLWAY_HEADERS_TOO_LARGE',
+  /**
+   * The request was not all in in time: its headers within `headersTimeoutMs` (60 s), or all of it
+   * within Node's `requestTimeout` (300 s) (408); the connection is closed.
+   */
+  RequestTimeout: 'ERR_SPILLWAY_REQUEST_TIMEOUT',
   /** Admin actions take `application/json` only (415). */
   UnsupportedMediaType: 'ERR_SPILLWAY_UNSUPPORTED_MEDIA_TYPE',
   /**

@@ -3,6 +3,13 @@ import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
 import { formatHostPort } from '../core/host-port.js';
+import {
+  answerClientErrors,
+  type ClientFailure,
+  missingHost,
+  TIMEOUT_SWEEP_MS,
+} from '../core/http-client-error.js';
+import type { RawResponse } from '../core/raw-response.js';
 import type { Logger } from '../ops/logger.js';
 import type { AdminActions, AdminActor } from './admin-actions.js';
 import type { AdminOverrides } from './admin-overrides.js';
@@ -44,6 +51,11 @@ export interface DashboardServerOptions {
   maxStreamClientsPerAddress?: number;
   /** Default 15 s. */
   heartbeatMs?: number;
+  /**
+   * Node's bound on receiving a request's headers (a client trickling them holds a connection):
+   * `408` past it. Default 60 s, Node's; at most Node's `requestTimeout` (300 s).
+   */
+  headersTimeoutMs?: number;
   /** Ticks kept for `/api/history`. Default 300. */
   historyLength?: number;
   view?: ViewLimits;
@@ -71,6 +83,13 @@ const MAX_BODY_BYTES = 16 * 1024;
 const STREAM_RETRY_AFTER_S = 5;
 /** Free text in the audit line: short, printable, no way to forge a second log field or line. */
 const ACTOR_PATTERN = /^[\w .@:-]{1,64}$/;
+/** The API's code for each answer to a request Node gave up on. */
+const CLIENT_FAILURE_CODES: Record<ClientFailure['status'], ApiErrorCode> = {
+  400: ApiErrorCode.InvalidRequest,
+  408: ApiErrorCode.RequestTimeout,
+  413: ApiErrorCode.PayloadTooLarge,
+  431: ApiErrorCode.HeadersTooLarge,
+};
 
 const ruleName = z.string().min(1).max(512);
 const modeBody = z.strictObject({ rule: ruleName, mode: z.enum(['enforce', 'shadow']) });
@@ -111,7 +130,14 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
       options.view,
     );
 
-  const server = createServer((request, response) => {
+  // `requireHostHeader: false`: an HTTP/1.1 request without Host gets the dashboard's own 400
+  // (`route`), not Node's bare one before any handler runs.
+  const serverOptions = {
+    requireHostHeader: false,
+    connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
+    headersTimeout: options.headersTimeoutMs,
+  };
+  const server = createServer(serverOptions, (request, response) => {
     route(request, response).catch((error: unknown) => {
       if (error instanceof ApiError) {
         const headers: Record<string, string> = error.status === 401 ? authChallenge() : {};
@@ -122,14 +148,24 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
         sendJson(response, error.status, error.toJSON(), headers);
         return;
       }
+      // Its body cut short and its connection gone: the client left, or sent a body Node could not
+      // parse (answered by `answerClientErrors`). Nobody to answer, and nothing failed here.
+      if (!request.complete && !request.socket.writable) return;
       logger.error({ err: String(error), path: request.url }, 'dashboard request failed');
       if (!response.headersSent)
         sendJson(response, 500, { error: { code: 'ERR_INTERNAL', message: 'internal error' } });
       else response.destroy();
     });
   });
+  // Requests Node's parser rejects or its timeouts expire: the dashboard's error shape, not Node's
+  // bare status line.
+  answerClientErrors(server, { respond: clientFailureResponse });
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    // RFC 9112 §3.2 asks for a 400, not the Host check's 403: the request is malformed, whatever it
+    // names. An HTTP/1.0 request may omit Host, and gets the 403 below.
+    const noHost = missingHost(request);
+    if (noHost !== undefined) throw new ApiError(noHost.status, ApiErrorCode.InvalidRequest, noHost.message);
     // Before anything else, admin routes included (their token stays required): a rebound name's
     // page must not read a byte, nor take an event-stream slot.
     const hostHeader = request.headers.host;
@@ -138,7 +174,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
         403,
         ApiErrorCode.HostNotAllowed,
         hostHeader === undefined
-          ? 'the request has no Host header'
+          ? 'the request has no Host header: it names no host the dashboard serves'
           : 'this Host is not one the dashboard serves (DNS-rebinding guard); allow a name with --dashboard-allowed-host',
         { host: hostHeader === undefined ? null : hostHeader.slice(0, 256) },
       );
@@ -359,6 +395,17 @@ function securityHeaders(): Record<string, string> {
       "frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
     'x-content-type-options': 'nosniff',
     'referrer-policy': 'no-referrer',
+  };
+}
+
+/** A request Node gave up on, in the API's error shape (`answerClientErrors` adds `Connection: close`). */
+function clientFailureResponse(failure: ClientFailure): RawResponse {
+  const error = new ApiError(failure.status, CLIENT_FAILURE_CODES[failure.status], failure.message);
+  return {
+    status: failure.status,
+    headers: { 'x-content-type-options': 'nosniff' },
+    contentType: 'application/json; charset=utf-8',
+    body: `${JSON.stringify(error.toJSON())}\n`,
   };
 }
 

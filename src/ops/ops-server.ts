@@ -2,6 +2,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { formatHostPort } from '../core/host-port.js';
+import { answerClientErrors, missingHost, TIMEOUT_SWEEP_MS } from '../core/http-client-error.js';
+
+const TEXT = 'text/plain; charset=utf-8';
 
 /** What `/healthz` reports. `ok: false` answers 503 so load balancers and orchestrators act on it. */
 export interface HealthReport {
@@ -16,6 +19,11 @@ export interface OpsServerOptions {
   port?: number;
   registry: Registry;
   health: () => HealthReport | Promise<HealthReport>;
+  /**
+   * Node's bound on receiving a request's headers (a client trickling them holds a connection):
+   * `408` past it. Default 60 s, Node's; at most Node's `requestTimeout` (300 s).
+   */
+  headersTimeoutMs?: number;
 }
 
 export interface OpsServer {
@@ -27,29 +35,49 @@ export interface OpsServer {
 /**
  * The operations endpoint every Spillway process serves: `GET /healthz` (JSON, 200 when healthy,
  * 503 when not) and `GET /metrics` (Prometheus text format). Anything else is 404 (405 for other
- * methods on those paths). Plain node:http: two routes do not need a framework.
+ * methods on those paths). Errors are plain text, as a scraper or `curl` shows them; a request
+ * Node's parser rejects or whose headers are late gets one too, with `Connection: close`, and an
+ * HTTP/1.1 request without Host a 400. Plain node:http: two routes do not need a framework.
  */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
   const host = options.host ?? '127.0.0.1';
   const { registry, health } = options;
 
-  const server = createServer((request, response) => {
+  // `requireHostHeader: false`: an HTTP/1.1 request without Host gets the ops server's own 400
+  // (`route`), not Node's bare one before any handler runs.
+  const serverOptions = {
+    requireHostHeader: false,
+    connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
+    headersTimeout: options.headersTimeoutMs,
+  };
+  const server = createServer(serverOptions, (request, response) => {
     route(request, response).catch((error: unknown) => {
-      if (!response.headersSent)
-        send(response, 500, 'text/plain; charset=utf-8', `ops endpoint failed: ${String(error)}\n`);
+      if (!response.headersSent) send(response, 500, TEXT, `ops endpoint failed: ${String(error)}\n`);
       else response.destroy();
     });
   });
+  answerClientErrors(server, {
+    respond: (failure) => ({
+      status: failure.status,
+      contentType: TEXT,
+      body: `${failure.message}\n`,
+    }),
+  });
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
+    const noHost = missingHost(request);
+    if (noHost !== undefined) {
+      send(response, noHost.status, TEXT, `${noHost.message}\n`);
+      return;
+    }
     const path = (request.url ?? '/').split('?')[0];
     if (path !== '/healthz' && path !== '/metrics') {
-      send(response, 404, 'text/plain; charset=utf-8', 'not found: try /healthz or /metrics\n');
+      send(response, 404, TEXT, 'not found: try /healthz or /metrics\n');
       return;
     }
     if (request.method !== 'GET' && request.method !== 'HEAD') {
       response.setHeader('allow', 'GET, HEAD');
-      send(response, 405, 'text/plain; charset=utf-8', 'method not allowed\n');
+      send(response, 405, TEXT, 'method not allowed\n');
       return;
     }
     if (path === '/metrics') {

@@ -1,9 +1,18 @@
 import assert from 'node:assert/strict';
-import { maxHeaderSize } from 'node:http';
+import { maxHeaderSize, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
 import { describe, it } from 'node:test';
+import { clientErrorSuite, SUITE_HEADERS_TIMEOUT_MS } from '../helpers/client-error-suite.js';
 import { until } from '../helpers/until.js';
-import { bodyLength, metricValue, ProxyFixtures, send, type TestProxy } from './proxy-harness.js';
+import {
+  bodyLength,
+  metricValue,
+  ProxyFixtures,
+  send,
+  startTestProxy,
+  startUpstream,
+  type TestProxy,
+} from './proxy-harness.js';
 
 // Requests Node's HTTP server gives up on before the proxy sees them whole (unparsable, headers
 // too large, not in within server.headersTimeoutMs / requestTimeoutMs): answered by the proxy's
@@ -217,4 +226,87 @@ describe('spillway proxy: requests Node cannot hand over', { timeout: 30_000 }, 
     assert.equal(await outcome(proxy, 'client_timeout'), 1);
     assert.equal(await outcome(proxy, 'bad_request'), 1);
   });
+});
+
+clientErrorSuite({
+  name: 'proxy',
+  async start() {
+    const held: ServerResponse[] = [];
+    const upstream = await startUpstream((req, res) => {
+      if (req.url === '/slow') held.push(res);
+      else res.end('ok');
+    });
+    const proxy = await startTestProxy(
+      upstream.url,
+      rules(`server:\n  headersTimeoutMs: ${SUITE_HEADERS_TIMEOUT_MS}\n`),
+    );
+    return {
+      port: Number(new URL(proxy.base).port),
+      served: 'GET /ok HTTP/1.1',
+      // Answered by the proxy itself, nothing forwarded.
+      answeredAtOnce: 'OPTIONS * HTTP/1.1',
+      answeredLater: 'GET /slow HTTP/1.1',
+      release: () => {
+        for (const res of held.splice(0)) res.end('slow');
+      },
+      close: async () => {
+        await proxy.close();
+        await upstream.close();
+      },
+    };
+  },
+  errorMessage(answer, status) {
+    assert.equal(answer.status, status, JSON.stringify(answer));
+    assert.equal(answer.headers['content-type'], 'application/json; charset=utf-8');
+    assert.equal(Number(answer.headers['content-length']), Buffer.byteLength(answer.body));
+    const body = JSON.parse(answer.body) as { error: string; message: string };
+    assert.equal(body.error, status === 408 ? 'client_timeout' : 'bad_request');
+    return body.message;
+  },
+});
+
+describe('spillway proxy: requests without Host', { timeout: 30_000 }, () => {
+  it('an HTTP/1.1 request gets a JSON 400, counted bad_request, never forwarded (RFC 9112 §3.2)', async () => {
+    const { proxy, upstream } = await fixtures.start(rules());
+    const response = await rawRequest(proxy, 'GET /x HTTP/1.1\r\nConnection: close\r\n\r\n');
+    assert.deepEqual(assertJsonAnswer(response, 400), {
+      error: 'bad_request',
+      message: 'an HTTP/1.1 request must have a Host header (RFC 9112 §3.2)',
+    });
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+    assert.equal(upstream.seen.length, 0);
+    await assertServes(proxy);
+  });
+
+  it('an HTTP/1.1 upgrade gets the same 400, counted bad_request, never forwarded', async () => {
+    const { proxy, upstream } = await fixtures.start(rules());
+    const response = await rawRequest(
+      proxy,
+      'GET /ws HTTP/1.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+    );
+    assert.deepEqual(assertJsonAnswer(response, 400), {
+      error: 'bad_request',
+      message: 'an HTTP/1.1 request must have a Host header (RFC 9112 §3.2)',
+    });
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+    assert.equal(upstream.seen.length, 0);
+  });
+
+  for (const preserveHost of [false, true]) {
+    it(`an HTTP/1.0 request is forwarded with the upstream's Host (preserveHost: ${preserveHost})`, async () => {
+      const { proxy, upstream } = await fixtures.start(
+        rules(),
+        undefined,
+        preserveHost ? '\n  preserveHost: true' : '',
+      );
+      const response = await rawRequest(proxy, 'GET /old HTTP/1.0\r\n\r\n');
+      assert.equal(response.status, 200);
+      assert.equal(response.body, 'ok');
+      assert.equal(upstream.seen.length, 1);
+      // Nothing to preserve: undici names the upstream it connects to.
+      assert.equal(upstream.seen[0]!.headers.host, `127.0.0.1:${upstream.port}`);
+      assert.equal(upstream.seen[0]!.headers['x-forwarded-host'], undefined);
+      assert.equal(await outcome(proxy, 'forwarded'), 1);
+    });
+  }
 });

@@ -9,6 +9,13 @@ import type { AddressInfo } from 'node:net';
 import type { Duplex } from 'node:stream';
 import { type Dispatcher, Pool } from 'undici';
 import type { Decision } from '../../core/decision.js';
+import {
+  answerClientErrors,
+  type ClientFailure,
+  missingHost,
+  TIMEOUT_SWEEP_MS,
+} from '../../core/http-client-error.js';
+import { type RawResponse, writeRawResponse } from '../../core/raw-response.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
 import type { EdgeLimiter } from '../limiter-adapter.js';
 import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';
@@ -21,7 +28,6 @@ import {
 } from '../rules/match-buckets.js';
 import type { ProxyBucket, ProxyRules, UpstreamConfig } from '../rules/proxy-rules.js';
 import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.js';
-import { type ClientErrorOutcome, createClientErrorListener } from './client-error.js';
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
@@ -32,7 +38,6 @@ import {
   type ProxyOutcome,
 } from './proxy-metrics.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
-import { writeRawResponse } from './raw-response.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { joinTunnel, type Tunnel } from './tunnel.js';
 import { type PoolTurn, UpstreamQueue } from './upstream-queue.js';
@@ -220,26 +225,27 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   const connections = new WeakMap<Duplex, ClientConnection>();
   let lastLimiterErrorLogMs = 0;
 
-  // Node enforces `headersTimeout` and `requestTimeout` by a sweep over connections every
-  // `connectionsCheckingInterval`, 30 s by default: a client trickling its headers (slowloris) held
-  // its connection for `server.headersTimeoutMs` plus up to 30 s. Each second, the bounds hold
-  // within a second; the sweep visits only connections with a request in progress.
-  const server: Server = createServer({ keepAlive: true, connectionsCheckingInterval: TIMEOUT_SWEEP_MS });
+  // An HTTP/1.1 request without Host is answered and counted by `serve` (`missingHost`), not
+  // with Node's bare 400 before the request event.
+  const server: Server = createServer({
+    keepAlive: true,
+    connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
+    requireHostHeader: false,
+  });
   applyServerTimeouts(server, options.rules);
   // Requests Node's parser rejects or its timeout sweep expires: answered and counted here, as
-  // the proxy's other answers, instead of Node's bare status lines (see client-error.ts).
-  server.on(
-    'clientError',
-    createClientErrorListener({
-      timeouts: () => ({ headersTimeoutMs: server.headersTimeout, requestTimeoutMs: server.requestTimeout }),
-      lastExchange: (socket) => connections.get(socket)?.last,
-      count: (outcome) => metrics.request(outcome),
-      cut: (socket, outcome) => {
-        const connection = connections.get(socket);
-        if (connection) connection.cut = outcome;
-      },
-    }),
-  );
+  // the proxy's other answers, instead of Node's bare status lines (see http-client-error.ts). A
+  // request the proxy was handed counts the outcome its connection was cut for, not `client_abort`.
+  answerClientErrors(server, {
+    respond: (failure) =>
+      rawJson(failure.status, {}, { error: clientErrorOutcome(failure), message: failure.message }),
+    lastExchange: (socket) => connections.get(socket)?.last,
+    failed: (failure) => metrics.request(clientErrorOutcome(failure)),
+    cut: (socket, failure) => {
+      const connection = connections.get(socket);
+      if (connection) connection.cut = clientErrorOutcome(failure);
+    },
+  });
   server.on('request', (req: IncomingMessage, res: ServerResponse) => serve(req, res, false));
   // Decide before telling a client to send its body: a rejected upload is never transferred.
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => serve(req, res, true));
@@ -253,7 +259,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => {
     socket.on('error', () => socket.destroy());
     metrics.request('bad_request');
-    writeRawResponse(
+    sendRawJson(
       socket,
       405,
       { allow: FORWARDED_METHODS },
@@ -295,6 +301,12 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     connection.open.add(exchange);
     try {
       if (draining) res.setHeader('connection', 'close');
+      const noHost = missingHost(req);
+      if (noHost !== undefined) {
+        metrics.request('bad_request');
+        sendJson(res, noHost.status, { error: 'bad_request', message: noHost.message });
+        return;
+      }
       if (req.url === '*' && req.method === 'OPTIONS') {
         answerServerOptions(req, res);
         return;
@@ -889,7 +901,14 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       const target = requestTarget(req);
       if (draining || target === undefined) {
         metrics.request('bad_request');
-        writeRawResponse(socket, draining ? 503 : 400, {}, { error: draining ? 'draining' : 'bad_request' });
+        sendRawJson(socket, draining ? 503 : 400, {}, { error: draining ? 'draining' : 'bad_request' });
+        return;
+      }
+      // Node never required it of an upgrade (`requireHostHeader` checks plain requests only).
+      const noHost = missingHost(req);
+      if (noHost !== undefined) {
+        metrics.request('bad_request');
+        sendRawJson(socket, noHost.status, {}, { error: 'bad_request', message: noHost.message });
         return;
       }
       const verdictOrPromise = decide(rules, req);
@@ -901,13 +920,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       }
       if (verdict.repeatedHeader !== undefined) {
         metrics.request('bad_request');
-        writeRawResponse(socket, 400, {}, repeatedHeaderBody(verdict.repeatedHeader));
+        sendRawJson(socket, 400, {}, repeatedHeaderBody(verdict.repeatedHeader));
         return;
       }
       const limitHeaders = rateLimitHeaders(verdict.visible);
       if (!verdict.allowed) {
         metrics.request('limited');
-        writeRawResponse(
+        sendRawJson(
           socket,
           429,
           limitHeaders,
@@ -945,7 +964,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         clearTimeout(deadline);
         stopWatching();
         metrics.request('upstream_queue_full');
-        writeRawResponse(socket, 503, limitHeaders, {
+        sendRawJson(socket, 503, limitHeaders, {
           error: 'upstream_queue_full',
           message: queueFullMessage(),
         });
@@ -992,7 +1011,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
           const queued = upgrading === undefined || !upgrading.connected;
           const outcome = queued ? 'upstream_queue_timeout' : 'upstream_timeout';
           metrics.request(outcome);
-          writeRawResponse(socket, 504, limitHeaders, {
+          sendRawJson(socket, 504, limitHeaders, {
             error: outcome,
             message: queued
               ? `the upgrade waited ${headersTimeoutMs} ms for one of the ${upstream.connections} upstream connections`
@@ -1007,7 +1026,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       if (answer === undefined) {
         const described = describeUpstreamFailure(failure, upstream);
         metrics.request(described.outcome);
-        writeRawResponse(socket, described.status, limitHeaders, {
+        sendRawJson(socket, described.status, limitHeaders, {
           error: described.outcome,
           message: described.message,
         });
@@ -1131,9 +1150,6 @@ function activate(rules: ProxyRules, backend: ProxyBackend): ActiveRules {
   };
 }
 
-/** How often Node checks `server.headersTimeoutMs` and `server.requestTimeoutMs` (see createServer). */
-const TIMEOUT_SWEEP_MS = 1000;
-
 function applyServerTimeouts(server: Server, rules: ProxyRules): void {
   server.keepAliveTimeout = rules.server.keepAliveTimeoutMs;
   server.requestTimeout = rules.server.requestTimeoutMs;
@@ -1205,6 +1221,36 @@ function headersDeadline(exchange: { headersTimedOut(): void }): void {
 
 function responseStalledFired(exchange: { responseStalled(): void }): void {
   exchange.responseStalled();
+}
+
+/** What the proxy answers on a socket no `ServerResponse` writes to: a JSON body, as `sendJson`. */
+function sendRawJson(
+  socket: Duplex,
+  status: number,
+  headers: Record<string, string>,
+  body: Record<string, unknown>,
+): void {
+  writeRawResponse(socket, rawJson(status, headers, body));
+}
+
+function rawJson(
+  status: number,
+  headers: Record<string, string>,
+  body: Record<string, unknown>,
+): RawResponse {
+  return {
+    status,
+    headers,
+    contentType: 'application/json; charset=utf-8',
+    body: `${JSON.stringify(body)}\n`,
+  };
+}
+
+/** What a request Node's server gave up on is counted as. */
+type ClientErrorOutcome = Extract<ProxyOutcome, 'client_timeout' | 'bad_request'>;
+
+function clientErrorOutcome(failure: ClientFailure): ClientErrorOutcome {
+  return failure.status === 408 ? 'client_timeout' : 'bad_request';
 }
 
 function sendJson(

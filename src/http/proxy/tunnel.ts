@@ -1,11 +1,5 @@
 import type { Duplex } from 'node:stream';
-
-/**
- * How long a socket the proxy has ended (its last bytes queued, then FIN) may stay open waiting for
- * the peer to close its side, before it is destroyed: ample for a peer to read a response and close;
- * a peer that keeps a half-closed connection open gets nothing from holding it.
- */
-export const CLOSE_GRACE_MS = 1_000;
+import { CLOSE_GRACE_MS } from '../../core/raw-response.js';
 
 /** An upgraded client connection piped both ways to its upstream connection. */
 export interface Tunnel {

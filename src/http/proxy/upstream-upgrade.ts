@@ -1,9 +1,9 @@
 import { type IncomingHttpHeaders, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
+import { CLOSE_GRACE_MS } from '../../core/raw-response.js';
 import { clientResponseHeaders } from './forward-headers.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
-import { CLOSE_GRACE_MS } from './tunnel.js';
 
 /** What the upstream made of an upgrade request. */
 export type UpgradeAnswer =

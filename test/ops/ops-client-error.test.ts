@@ -1,0 +1,55 @@
+import assert from 'node:assert/strict';
+import { describe, it } from 'node:test';
+import { createMetrics } from '../../src/ops/metrics.js';
+import { type HealthReport, startOpsServer } from '../../src/ops/ops-server.js';
+import { clientErrorSuite, SUITE_HEADERS_TIMEOUT_MS } from '../helpers/client-error-suite.js';
+import { rawExchange } from '../helpers/raw-http.js';
+
+// The ops endpoint answers what Node gives up on in plain text, as its other errors: what a scraper
+// logs or `curl` prints is a sentence, not an empty 400.
+
+clientErrorSuite({
+  name: 'ops server',
+  async start() {
+    let release = () => {};
+    const held = new Promise<HealthReport>((resolve) => {
+      release = () => resolve({ ok: true });
+    });
+    const metrics = createMetrics({ component: 'host', id: 'h1', processMetrics: false });
+    const ops = await startOpsServer({
+      registry: metrics.registry,
+      health: () => held,
+      headersTimeoutMs: SUITE_HEADERS_TIMEOUT_MS,
+    });
+    return {
+      port: ops.port,
+      served: 'GET /metrics HTTP/1.1',
+      // `/healthz` and `/metrics` answer after an await; a 404 comes at once.
+      answeredAtOnce: 'GET /nope HTTP/1.1',
+      answeredLater: 'GET /healthz HTTP/1.1',
+      release,
+      close: () => ops.close(),
+    };
+  },
+  errorMessage(answer, status) {
+    assert.equal(answer.status, status, JSON.stringify(answer));
+    assert.equal(answer.headers['content-type'], 'text/plain; charset=utf-8');
+    assert.equal(Number(answer.headers['content-length']), Buffer.byteLength(answer.body));
+    assert.ok(answer.body.endsWith('\n'));
+    return answer.body.slice(0, -1);
+  },
+});
+
+describe('ops server: requests without Host', () => {
+  it('HTTP/1.0 without Host is served (it may omit it)', async () => {
+    const metrics = createMetrics({ component: 'host', id: 'h1', processMetrics: false });
+    const ops = await startOpsServer({ registry: metrics.registry, health: () => ({ ok: true }) });
+    try {
+      const { answers } = await rawExchange(ops.port, 'GET /healthz HTTP/1.0\r\n\r\n');
+      assert.equal(answers[0]?.status, 200);
+      assert.deepEqual(JSON.parse(answers[0]!.body), { ok: true });
+    } finally {
+      await ops.close();
+    }
+  });
+});
