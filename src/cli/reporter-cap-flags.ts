@@ -1,5 +1,5 @@
 import type { ReporterCap } from '../control/reporter-cap.js';
-import { type FlagSpec, type FlagValues, numberFlag, stringFlag } from './command-line.js';
+import { type FlagSpec, type FlagValues, numberFlag, stringFlag, usageError } from './command-line.js';
 
 /** Flags of the per-reporter offered cap (controller and aggregator); see src/control/reporter-cap.ts. */
 export const REPORTER_CAP_FLAGS: Record<string, FlagSpec> = {
@@ -12,7 +12,7 @@ export const REPORTER_CAP_FLAGS: Record<string, FlagSpec> = {
   'reporter-cap-floor-rps': {
     type: 'string',
     valueName: 'rps',
-    description: 'the median bound never clips below this rate per host',
+    description: 'the median bound never clips below this rate per host (needs --reporter-cap-median)',
     defaultText: '0',
   },
   'max-offered-rps-per-reporter': {
@@ -26,6 +26,13 @@ export const REPORTER_CAP_FLAGS: Record<string, FlagSpec> = {
 export function reporterCapFromFlags(values: FlagValues): ReporterCap | undefined {
   const median = stringFlag(values, 'reporter-cap-median');
   const max = stringFlag(values, 'max-offered-rps-per-reporter');
+  // The floor only bounds the median bound: alone it would be ignored in silence.
+  if (median === undefined && stringFlag(values, 'reporter-cap-floor-rps') !== undefined) {
+    throw usageError(
+      '--reporter-cap-floor-rps needs --reporter-cap-median (it is the floor of the median bound)',
+      { flag: 'reporter-cap-floor-rps' },
+    );
+  }
   if (median === undefined && max === undefined) return undefined;
   const cap: ReporterCap = {};
   if (median !== undefined) cap.medianMultiple = numberFlag(values, 'reporter-cap-median', 0, { min: 1 });
