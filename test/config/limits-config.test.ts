@@ -4,6 +4,7 @@ import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { compileLimits, matchBucket } from '../../src/config/compile-limits.js';
 import { loadLimitsConfig, parseLimitsConfig } from '../../src/config/limits-config.js';
+import { DEFAULT_RATIO_POLICY } from '../../src/control/ratio-policy.js';
 import { isSpillwayError } from '../../src/core/errors.js';
 
 const fixtures = join(import.meta.dirname, 'fixtures');
@@ -130,6 +131,16 @@ describe('limits config', () => {
     assert.deepEqual(files.sort(), failures.map(([f]) => f).sort());
   });
 
+  it("docs/limits-config.md's error examples are the messages asserted above", () => {
+    const doc = readFileSync(join(import.meta.dirname, '../../docs/limits-config.md'), 'utf8');
+    const rows = [...doc.matchAll(/^\| `([^`]+\.yaml(?:\.txt)?)` \| `(.+)` \|$/gm)].map(
+      (m) => [m[1]!, m[2]!] as const,
+    );
+    assert.ok(rows.length >= 10, `found ${rows.length} rows`);
+    const expected = new Map(failures);
+    for (const [file, message] of rows) assert.equal(message, expected.get(file), file);
+  });
+
   it('details carry the path of the field at fault', () => {
     try {
       parseLimitsConfig(readFileSync(join(fixtures, 'unknown-mode.yaml'), 'utf8'), 'x.yaml');
@@ -178,7 +189,8 @@ describe('limits config', () => {
   it('parses examples/limits.yaml (the documented example stays valid)', async () => {
     const config = await loadLimitsConfig(join(import.meta.dirname, '../../examples/limits.yaml'));
     assert.equal(config.buckets.length, 4);
-    assert.deepEqual(config.ratioPolicy, { kind: 'corrected', gain: 0.2, maxCorrection: 0.5 });
+    // It shows the default policy, as its comment says.
+    assert.deepEqual(config.ratioPolicy, DEFAULT_RATIO_POLICY);
   });
 
   it('loadLimitsConfig: a missing file is ERR_SPILLWAY_INVALID_CONFIG naming the path', async () => {
