@@ -15,7 +15,8 @@ export const subcommands: Record<string, Subcommand> = {
     load: () => import('./aggregator.js'),
   },
   demo: {
-    summary: 'start a whole local cluster (controller + dashboard, aggregators, hosts, load) and watch it',
+    summary:
+      'start a whole local cluster (controller + dashboard, aggregators, sidecar proxies, load) and watch it',
     load: () => import('./demo.js'),
   },
   controller: {

@@ -99,7 +99,7 @@ const clientAddressSchema = z.strictObject({
 const backendSchema = z.discriminatedUnion('kind', [
   z.strictObject({
     kind: z.literal('local'),
-    /** Keys held per bucket (least recently used evicted beyond it). */
+    /** Keys held per bucket (CLOCK eviction beyond it: expired keys first; docs/local-limiters.md). */
     maxKeys: positiveInt(10_000_000).default(100_000),
   }),
   z.strictObject({
