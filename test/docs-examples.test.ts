@@ -1,0 +1,64 @@
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { describe, it } from 'node:test';
+import { parse } from 'yaml';
+import { parseLimitsConfig } from '../src/config/limits-config.js';
+import { parseProxyRules } from '../src/http/rules/proxy-rules.js';
+import { parseScenario } from '../src/sim/scenario.js';
+
+/**
+ * Every ```yaml example in docs/ loads with the loader it is written for, so an example a reader
+ * copies is never refused (README examples: test/readme.test.ts). An example may be a fragment of
+ * a file (a `backend:` mapping, a `buckets:` list): the fields it leaves out are filled with the
+ * smallest valid ones, never overriding what it sets.
+ */
+const examples = readdirSync('docs')
+  .filter((name) => name.endsWith('.md'))
+  .flatMap((name) => {
+    const text = readFileSync(join('docs', name), 'utf8');
+    return [...text.matchAll(/^( *)```yaml\n([\s\S]*?)^\1```$/gm)].map((m) => {
+      const indent = m[1]!;
+      const body = m[2]!
+        .split('\n')
+        .map((line) => (line.startsWith(indent) ? line.slice(indent.length) : line))
+        .join('\n');
+      const line = text.slice(0, m.index).split('\n').length;
+      return { where: `docs/${name}:${line}`, body };
+    });
+  });
+
+/** The top-level fields an example leaves out, as YAML lines to put before it. */
+function missing(fields: Record<string, string>, doc: Record<string, unknown>): string {
+  return Object.entries(fields)
+    .filter(([field]) => !(field in doc))
+    .map(([field, value]) => `${field}: ${value}\n`)
+    .join('');
+}
+
+function load(body: string, file: string): void {
+  const doc = parse(body) as Record<string, unknown>;
+  assert.equal(typeof doc, 'object', 'an example is a YAML mapping');
+  if ('upstream' in doc || 'backend' in doc) {
+    const filler = {
+      version: '1',
+      upstream: '{ url: "http://127.0.0.1:3000" }',
+      backend: '{ kind: local }',
+      buckets: '[]',
+    };
+    parseProxyRules(missing(filler, doc) + body, file);
+  } else if ('seconds' in doc && 'buckets' in doc) {
+    parseScenario(doc, file);
+  } else if ('buckets' in doc) {
+    parseLimitsConfig(missing({ version: '1' }, doc) + body, file);
+  } else {
+    assert.fail('no loader for this example: give it a test of its own here');
+  }
+}
+
+describe('docs YAML examples', () => {
+  it('has examples', () => assert.ok(examples.length >= 3, `found ${examples.length}`));
+  for (const { where, body } of examples) {
+    it(`${where} loads`, () => load(body, where));
+  }
+});
