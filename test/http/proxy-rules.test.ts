@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
+import { parse } from 'yaml';
 import { mergeRateLimitFields } from '../../src/http/proxy/rate-limit-merge.js';
 import { compileKeyTemplate, MAX_KEY_BYTES } from '../../src/http/rules/key-template.js';
 import { matchBuckets, type RequestFacts } from '../../src/http/rules/match-buckets.js';
@@ -489,6 +490,25 @@ describe('rules file', () => {
       backslashAsSlash: true,
       stripPathParameters: true,
     });
+  });
+
+  it("docs/proxy.md's tables of the rules file state the parser's defaults", async () => {
+    const { readFileSync } = await import('node:fs');
+    const doc = readFileSync(new URL('../../docs/proxy.md', import.meta.url), 'utf8');
+    const section = doc.slice(doc.indexOf('## The rules file'), doc.indexOf('### Several buckets'));
+    const rules = parseProxyRules(`${head}buckets:\n  - name: a\n    limit: 5\n    windowSec: 1\n`);
+    const top = rules as unknown as Record<string, Record<string, unknown>>;
+    const bucket = rules.buckets[0]!.config as unknown as Record<string, unknown>;
+    let checked = 0;
+    // Rows whose default is one code span: `| \`upstream.connections\` | \`128\` | ... |`.
+    for (const [, field, written] of section.matchAll(/^\| `([\w.]+)` \| `([^`]+)` \|/gm)) {
+      const [group, name] = field!.split('.');
+      const value = name === undefined ? bucket[group!] : top[group!]?.[name];
+      assert.notEqual(value, undefined, `${field}: not a field with a default`);
+      assert.equal(JSON.stringify(value), JSON.stringify(parse(written!)), field);
+      checked++;
+    }
+    assert.ok(checked >= 20, `checked ${checked} rows`);
   });
 
   it("matches a bucket when any reading of the path does, once, with the first matching reading's parameters", () => {
