@@ -6,6 +6,7 @@ import { parse } from 'yaml';
 import { parseLimitsConfig } from '../src/config/limits-config.js';
 import { parseProxyRules } from '../src/http/rules/proxy-rules.js';
 import { parseScenario } from '../src/sim/scenario.js';
+import { exportedMetricNames, isExported } from './deploy/exported-metrics.js';
 
 /**
  * Every ```yaml example in docs/ loads with the loader it is written for, so an example a reader
@@ -61,4 +62,19 @@ describe('docs YAML examples', () => {
   for (const { where, body } of examples) {
     it(`${where} loads`, () => load(body, where));
   }
+});
+
+describe('metric names in the docs', () => {
+  it('are exported by the code', () => {
+    const exported = exportedMetricNames();
+    const docs = ['README.md', 'deploy/README.md', ...readdirSync('docs').map((name) => `docs/${name}`)];
+    const unknown: string[] = [];
+    for (const file of docs.filter((name) => name.endsWith('.md'))) {
+      // A name ending in `_` is a prefix (`grep '^spillway_controller_'`), not a metric.
+      for (const [name] of readFileSync(file, 'utf8').matchAll(/\bspillway_[a-z0-9_]*[a-z0-9]\b(?!_)/g)) {
+        if (!isExported(exported, name)) unknown.push(`${file}: ${name}`);
+      }
+    }
+    assert.deepEqual(unknown, []);
+  });
 });
