@@ -14,9 +14,11 @@ export const TIMEOUT_SWEEP_MS = 1_000;
 export interface ClientFailure {
   /**
    * `408`: not in within `headersTimeout` / `requestTimeout`; `431`: headers over
-   * `http.maxHeaderSize`; `413`: chunk extensions too large; `400`: any other parse error.
+   * `http.maxHeaderSize`; `413`: chunk extensions too large; `505`: a version other than HTTP/1.x;
+   * `417`: an `Expect` other than `100-continue`; `400`: any other parse error or malformed head
+   * (`requestHeadFault`).
    */
-  status: 400 | 408 | 413 | 431;
+  status: 400 | 408 | 413 | 417 | 431 | 505;
   message: string;
 }
 
@@ -55,7 +57,9 @@ export interface ClientErrorOptions {
  *
  * - `ERR_HTTP_REQUEST_TIMEOUT`: `408`.
  * - `HPE_HEADER_OVERFLOW` (headers over `http.maxHeaderSize`): `431`; `HPE_CHUNK_EXTENSIONS_OVERFLOW`:
- *   `413`, as Node answers it; any other `HPE_*`: `400`.
+ *   `413`, as Node answers it; `HPE_INVALID_VERSION`: `505`; any other `HPE_*`: `400`.
+ * - `HPE_CLOSED_CONNECTION` (bytes after a request with `Connection: close`): ignored, as RFC
+ *   9112 §9.6 has it; that request is answered and the connection closed after it.
  * - `HPE_INVALID_EOF_STATE` (the client ended its side mid-request), `ECONNRESET` and any other
  *   socket error: the client is gone or leaving, there is no request to judge and nobody to
  *   answer. The socket is destroyed and nothing is reported; a request on it that reached the
@@ -88,19 +92,73 @@ export function answerClientErrors(server: Server, options: ClientErrorOptions):
       socket.destroy();
     }
   });
+  // An `Expect` other than `100-continue` (RFC 9110 §10.1.1 allows a 417): Node's bare `417`
+  // unless someone listens. A whole request, with a response object, that never reaches `request`.
+  server.on('checkExpectation', (_req: IncomingMessage, res: ServerResponse) => {
+    try {
+      const failure: ClientFailure = {
+        status: 417,
+        message: 'the request expects something other than 100-continue (Expect), which is not supported',
+      };
+      options.failed?.(failure);
+      const response = options.respond(failure);
+      // Its body, if any, is not read: the connection closes.
+      res.writeHead(response.status, {
+        ...response.headers,
+        'content-type': response.contentType,
+        'content-length': Buffer.byteLength(response.body),
+        'cache-control': 'no-store',
+        connection: 'close',
+      });
+      res.end(response.body);
+    } catch {
+      res.destroy();
+    }
+  });
 }
 
 /**
- * RFC 9112 §3.2: a server MUST answer `400` to an HTTP/1.1 request without `Host` (HTTP/1.0 may
- * omit it). Node's `requireHostHeader` answers it with a bare `400` before any handler runs;
- * Spillway's servers turn that off and ask this, so the answer is theirs. Read as "1.1 or later":
- * llhttp also takes `HTTP/2.0` in a request line, and no version after 1.0 may omit `Host`.
- * Undefined when the request may go on.
+ * Node answers `Expect: 100-continue` with `100 Continue` before any handler runs, inviting the
+ * body of a request the handler then refuses for its head (`requestHeadFault`). For a server
+ * without a `checkContinue` path of its own: `100 Continue` goes to a sound head only; a faulty
+ * one is marked `Connection: close` (a body the client sends anyway is not read). Either way the
+ * request then goes on as `request`, as Node's own handling sends it.
  */
-export function missingHost(req: IncomingMessage): ClientFailure | undefined {
-  if (req.headers.host !== undefined) return undefined;
-  if (req.httpVersionMajor < 1 || (req.httpVersionMajor === 1 && req.httpVersionMinor < 1)) return undefined;
-  return { status: 400, message: 'an HTTP/1.1 request must have a Host header (RFC 9112 §3.2)' };
+export function continueSoundRequests(server: Server): void {
+  server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) => {
+    if (requestHeadFault(req) === undefined) res.writeContinue();
+    else res.setHeader('connection', 'close');
+    server.emit('request', req, res);
+  });
+}
+
+/**
+ * What a server must refuse in a request head Node's parser let through, before routing it.
+ * Undefined when the request may go on.
+ *
+ * - A version other than HTTP/1.x: `505`. llhttp takes `HTTP/2.0` in a request line, and a line
+ *   with no version at all as HTTP/0.9; both reach the handlers, and a proxy would forward them as
+ *   HTTP/1.1. (It rejects other versions itself, `HPE_INVALID_VERSION`: also `505` here.)
+ * - More than one `Host` line: `400` (RFC 9112 §3.2). Node keeps the first in `headers.host`; a
+ *   server behind or in front of this one may take another, so the request would be judged and
+ *   served for different hosts.
+ * - HTTP/1.1 without `Host`: `400` (RFC 9112 §3.2; HTTP/1.0 may omit it). Node's
+ *   `requireHostHeader` answers it with a bare `400` before any handler runs; Spillway's servers
+ *   turn that off and ask this, so the answer is theirs.
+ */
+export function requestHeadFault(req: IncomingMessage): ClientFailure | undefined {
+  if (req.httpVersionMajor !== 1) {
+    return { status: 505, message: `HTTP/${req.httpVersion} is not supported: send HTTP/1.1 or HTTP/1.0` };
+  }
+  let hosts = 0;
+  const raw = req.rawHeaders;
+  for (let i = 0; i < raw.length; i += 2)
+    if (raw[i]!.length === 4 && raw[i]!.toLowerCase() === 'host') hosts++;
+  if (hosts > 1) return { status: 400, message: 'the request has more than one Host header (RFC 9112 §3.2)' };
+  if (hosts === 0 && req.httpVersionMinor >= 1) {
+    return { status: 400, message: 'an HTTP/1.1 request must have a Host header (RFC 9112 §3.2)' };
+  }
+  return undefined;
 }
 
 function answerClientError(
@@ -114,6 +172,10 @@ function answerClientError(
   // it destroys it once the peer has had time to read what was sent; destroying it now could reset
   // the connection before it has.
   if (socket.destroyed || socket.writableEnded) return;
+  // Bytes after a request that asked to close the connection: RFC 9112 §9.6 has them ignored.
+  // That request's response is still to come, and Node closes the connection after it: nothing to
+  // write (it would pass for another answer), nothing to cut (that request would get none).
+  if ((error as NodeJS.ErrnoException).code === 'HPE_CLOSED_CONNECTION') return;
   const last = options.lastExchange(socket);
   const arriving = last !== undefined && !last.req.complete ? last : undefined;
   const failure = describeClientError(error, server, arriving !== undefined);
@@ -144,6 +206,9 @@ function describeClientError(
   if (code === undefined || !code.startsWith('HPE_') || code === 'HPE_INVALID_EOF_STATE') return undefined;
   if (code === 'HPE_HEADER_OVERFLOW') {
     return { status: 431, message: `the request headers are larger than ${maxHeaderSize} bytes` };
+  }
+  if (code === 'HPE_INVALID_VERSION') {
+    return { status: 505, message: 'the request line names an HTTP version other than 1.1 or 1.0' };
   }
   if (code === 'HPE_CHUNK_EXTENSIONS_OVERFLOW') {
     return { status: 413, message: 'the chunk extensions of the request body are too large' };

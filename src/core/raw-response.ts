@@ -12,11 +12,13 @@ const STATUS_TEXT: Record<number, string> = {
   405: 'Method Not Allowed',
   408: 'Request Timeout',
   413: 'Content Too Large',
+  417: 'Expectation Failed',
   429: 'Too Many Requests',
   431: 'Request Header Fields Too Large',
   502: 'Bad Gateway',
   503: 'Service Unavailable',
   504: 'Gateway Timeout',
+  505: 'HTTP Version Not Supported',
 };
 
 export interface RawResponse {

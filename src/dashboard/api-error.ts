@@ -35,6 +35,10 @@ export const ApiErrorCode = {
    * within Node's `requestTimeout` (300 s) (408); the connection is closed.
    */
   RequestTimeout: 'ERR_SPILLWAY_REQUEST_TIMEOUT',
+  /** An `Expect` header other than `100-continue` (417); the connection is closed. */
+  ExpectationFailed: 'ERR_SPILLWAY_EXPECTATION_FAILED',
+  /** The request line names a version other than HTTP/1.1 or HTTP/1.0 (505). */
+  HttpVersionNotSupported: 'ERR_SPILLWAY_HTTP_VERSION_NOT_SUPPORTED',
   /** Admin actions take `application/json` only (415). */
   UnsupportedMediaType: 'ERR_SPILLWAY_UNSUPPORTED_MEDIA_TYPE',
   /**

@@ -6,7 +6,8 @@ import { formatHostPort } from '../core/host-port.js';
 import {
   answerClientErrors,
   type ClientFailure,
-  missingHost,
+  continueSoundRequests,
+  requestHeadFault,
   TIMEOUT_SWEEP_MS,
 } from '../core/http-client-error.js';
 import type { RawResponse } from '../core/raw-response.js';
@@ -88,7 +89,9 @@ const CLIENT_FAILURE_CODES: Record<ClientFailure['status'], ApiErrorCode> = {
   400: ApiErrorCode.InvalidRequest,
   408: ApiErrorCode.RequestTimeout,
   413: ApiErrorCode.PayloadTooLarge,
+  417: ApiErrorCode.ExpectationFailed,
   431: ApiErrorCode.HeadersTooLarge,
+  505: ApiErrorCode.HttpVersionNotSupported,
 };
 
 const ruleName = z.string().min(1).max(512);
@@ -160,12 +163,15 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   // Requests Node's parser rejects or its timeouts expire: the dashboard's error shape, not Node's
   // bare status line.
   answerClientErrors(server, { respond: clientFailureResponse });
+  continueSoundRequests(server);
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
     // RFC 9112 §3.2 asks for a 400, not the Host check's 403: the request is malformed, whatever it
     // names. An HTTP/1.0 request may omit Host, and gets the 403 below.
-    const noHost = missingHost(request);
-    if (noHost !== undefined) throw new ApiError(noHost.status, ApiErrorCode.InvalidRequest, noHost.message);
+    const headFault = requestHeadFault(request);
+    if (headFault !== undefined) {
+      throw new ApiError(headFault.status, CLIENT_FAILURE_CODES[headFault.status], headFault.message);
+    }
     // Before anything else, admin routes included (their token stays required): a rebound name's
     // page must not read a byte, nor take an event-stream slot.
     const hostHeader = request.headers.host;

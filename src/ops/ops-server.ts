@@ -2,7 +2,12 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
 import { formatHostPort } from '../core/host-port.js';
-import { answerClientErrors, missingHost, TIMEOUT_SWEEP_MS } from '../core/http-client-error.js';
+import {
+  answerClientErrors,
+  continueSoundRequests,
+  requestHeadFault,
+  TIMEOUT_SWEEP_MS,
+} from '../core/http-client-error.js';
 
 const TEXT = 'text/plain; charset=utf-8';
 
@@ -63,11 +68,12 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
       body: `${failure.message}\n`,
     }),
   });
+  continueSoundRequests(server);
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
-    const noHost = missingHost(request);
-    if (noHost !== undefined) {
-      send(response, noHost.status, TEXT, `${noHost.message}\n`);
+    const headFault = requestHeadFault(request);
+    if (headFault !== undefined) {
+      send(response, headFault.status, TEXT, `${headFault.message}\n`);
       return;
     }
     const path = (request.url ?? '/').split('?')[0];

@@ -30,11 +30,13 @@ it('flag tables in the other docs name real flags, with their declared defaults'
         for (const name of commands) {
           const declared = specs.get(name)?.flags[flag[1]!];
           assert.ok(declared, `${file}: --${flag[1]} is not a flag of spillway ${name}`);
-          // A default written as one code span must be the declared one (which may go on in words).
+          // A default written as one code span must be the declared one, which may go on in words
+          // (`10000` for `10000 (10 s)`, not for `100000`).
           const single = /^`([^`]+)`$/.exec(secondCell!);
           if (command !== '' && single && declared.defaultText !== undefined) {
             assert.ok(
-              declared.defaultText.startsWith(single[1]!),
+              declared.defaultText.startsWith(single[1]!) &&
+                /^(?:$|[^\w.])/.test(declared.defaultText.slice(single[1]!.length)),
               `${file}: --${flag[1]} defaults to '${declared.defaultText}', not '${single[1]}'`,
             );
           }

@@ -22,7 +22,9 @@ const CODES: Record<number, string> = {
   400: ApiErrorCode.InvalidRequest,
   408: ApiErrorCode.RequestTimeout,
   413: ApiErrorCode.PayloadTooLarge,
+  417: ApiErrorCode.ExpectationFailed,
   431: ApiErrorCode.HeadersTooLarge,
+  505: ApiErrorCode.HttpVersionNotSupported,
 };
 
 /**

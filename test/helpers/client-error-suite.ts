@@ -1,7 +1,7 @@
 // One suite, run against every Spillway HTTP server (test/dashboard/dashboard-client-error.test.ts,
 // test/ops/ops-client-error.test.ts, test/http/proxy-client-error.test.ts): requests Node's HTTP
-// server gives up on (unparsable, headers too large, headers too late) and HTTP/1.1 requests
-// without Host get the server's own answer, in its own error shape, never Node's bare status line;
+// server gives up on (unparsable, headers too large, headers too late, versions other than 1.x)
+// and heads it must refuse (HTTP/1.1 without Host, two Host lines) get the server's own answer, in its own error shape, never Node's bare status line;
 // nothing is written ahead of an earlier request's answer; the server serves on. Real servers on
 // port 0, raw bytes over real sockets.
 import assert from 'node:assert/strict';
@@ -113,6 +113,44 @@ export function clientErrorSuite(subject: ClientErrorSubject): void {
         );
       }));
 
+    it('two Host lines: 400 (RFC 9112 §3.2), whichever a server would take', () =>
+      withServer(async (server) => {
+        const { answers } = await rawExchange(
+          server.port,
+          'GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nhost: evil.example\r\nConnection: close\r\n\r\n',
+        );
+        assert.equal(answers.length, 1);
+        assert.equal(
+          subject.errorMessage(answers[0]!, 400),
+          'the request has more than one Host header (RFC 9112 §3.2)',
+        );
+      }));
+
+    for (const [line, version] of [
+      ['GET / HTTP/2.0', '2.0'],
+      ['GET /', '0.9'],
+    ] as const) {
+      it(`a request line read as HTTP/${version} (${JSON.stringify(line)}): 505`, () =>
+        withServer(async (server) => {
+          const { answers } = await rawExchange(server.port, request(line, 'Connection: close\r\n'));
+          assert.equal(answers.length, 1);
+          assert.equal(
+            subject.errorMessage(answers[0]!, 505),
+            `HTTP/${version} is not supported: send HTTP/1.1 or HTTP/1.0`,
+          );
+        }));
+    }
+
+    it("a version Node's parser refuses (HTTP/1.2): 505, the connection closed", () =>
+      withServer(async (server) => {
+        const { answers } = await rawExchange(server.port, request('GET / HTTP/1.2'));
+        assert.equal(answers.length, 1);
+        assert.equal(
+          assertClientError(answers[0], 505),
+          'the request line names an HTTP version other than 1.1 or 1.0',
+        );
+      }));
+
     it('a malformed request after an answered one on the same connection: that answer whole, then 400', () =>
       withServer(async (server) => {
         // The second piece is written once the first answer is in.
@@ -135,6 +173,59 @@ export function clientErrorSuite(subject: ClientErrorSubject): void {
       withServer(async (server) => {
         const { answers } = await rawExchange(server.port, request(server.answeredLater) + GARBAGE);
         assert.deepEqual(answers, []);
+      }));
+
+    it('bytes after a request with Connection: close are ignored (RFC 9112 §9.6): its answer, then the close', () =>
+      withServer(async (server) => {
+        const { answers } = await rawExchange(
+          server.port,
+          request(server.answeredAtOnce, 'Connection: close\r\n') + GARBAGE,
+        );
+        assert.equal(answers.length, 1, JSON.stringify(answers));
+        assert.equal(answers[0]!.headers.connection, 'close');
+        assert.equal(Buffer.byteLength(answers[0]!.body), Number(answers[0]!.headers['content-length']));
+      }));
+
+    it('the same behind a request answered later: that request is still answered, then the close', () =>
+      withServer(async (server) => {
+        const exchange = rawExchange(
+          server.port,
+          request(server.answeredLater, 'Connection: close\r\n') + GARBAGE,
+        );
+        // On loopback those bytes are at the server once written; a whole exchange on another
+        // connection, begun after them, ends only once the server has polled (and read) both.
+        await assertServes(server);
+        server.release();
+        const { answers } = await exchange;
+        assert.equal(answers.length, 1, JSON.stringify(answers));
+        assert.equal(answers[0]!.status, 200, JSON.stringify(answers[0]));
+      }));
+
+    it('Expect: 100-continue without Host: no 100 Continue, the 400, the connection closed', () =>
+      withServer(async (server) => {
+        const { answers } = await rawExchange(
+          server.port,
+          'POST / HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n',
+        );
+        assert.equal(answers.length, 1, JSON.stringify(answers));
+        assert.equal(answers[0]!.headers.connection, 'close');
+        assert.equal(
+          subject.errorMessage(answers[0]!, 400),
+          'an HTTP/1.1 request must have a Host header (RFC 9112 §3.2)',
+        );
+      }));
+
+    it('an Expect other than 100-continue: 417, the connection closed', () =>
+      withServer(async (server) => {
+        const { answers } = await rawExchange(
+          server.port,
+          request(server.served, 'Expect: something-else\r\n'),
+        );
+        assert.equal(answers.length, 1, JSON.stringify(answers));
+        assert.equal(
+          assertClientError(answers[0], 417),
+          'the request expects something other than 100-continue (Expect), which is not supported',
+        );
       }));
 
     it('serves on while all of them arrive at once', () =>

@@ -1,8 +1,10 @@
 import assert from 'node:assert/strict';
 import { maxHeaderSize, type ServerResponse } from 'node:http';
 import { connect } from 'node:net';
+import type { Duplex } from 'node:stream';
 import { describe, it } from 'node:test';
 import { clientErrorSuite, SUITE_HEADERS_TIMEOUT_MS } from '../helpers/client-error-suite.js';
+import { rawExchange } from '../helpers/raw-http.js';
 import { until } from '../helpers/until.js';
 import {
   bodyLength,
@@ -291,6 +293,64 @@ describe('spillway proxy: requests without Host', { timeout: 30_000 }, () => {
     assert.equal(await outcome(proxy, 'bad_request'), 1);
     assert.equal(upstream.seen.length, 0);
   });
+
+  it('a body behind a refused head is not read: the connection closes', async () => {
+    const { proxy, upstream } = await fixtures.start(rules());
+    const response = await rawRequest(
+      proxy,
+      'POST /x HTTP/1.1\r\nContent-Length: 100000000\r\n\r\nfirst bytes',
+    );
+    assert.equal(assertJsonAnswer(response, 400).error, 'bad_request');
+    assert.equal(upstream.seen.length, 0);
+  });
+
+  it('an upgrade pipelined behind an unanswered request: nothing written ahead of that answer, the connection closed', async () => {
+    const held: ServerResponse[] = [];
+    const { proxy, upstream } = await fixtures.start(rules(), (req, res) => {
+      if (req.url === '/slow') held.push(res);
+      else res.end('ok');
+    });
+    fixtures.track(async () => {
+      for (const res of held.splice(0)) res.end('slow');
+    });
+    let upgrades = 0;
+    upstream.server.on('upgrade', (_req, socket: Duplex) => {
+      upgrades++;
+      socket.destroy();
+    });
+    const { answers } = await rawExchange(
+      Number(new URL(proxy.base).port),
+      'GET /slow HTTP/1.1\r\nHost: a\r\n\r\nGET /ws HTTP/1.1\r\nHost: a\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+    );
+    assert.deepEqual(answers, [], 'nothing written');
+    await until('both counted', async () => (await outcome(proxy, 'client_abort')) === 1);
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+    assert.equal(upgrades, 0, 'the upgrade never forwarded');
+  });
+
+  for (const [what, head, status] of [
+    [
+      'two Host lines',
+      'GET /x HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\nConnection: close\r\n\r\n',
+      400,
+    ],
+    [
+      'two Host lines on an upgrade',
+      'GET /ws HTTP/1.1\r\nHost: a\r\nHost: b\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n',
+      400,
+    ],
+    ['HTTP/2.0 in the request line', 'GET /x HTTP/2.0\r\nHost: a\r\nConnection: close\r\n\r\n', 505],
+    ['no version in the request line (HTTP/0.9)', 'GET /x\r\n\r\n', 505],
+  ] as const) {
+    it(`${what}: ${status}, counted bad_request, never forwarded`, async () => {
+      const { proxy, upstream } = await fixtures.start(rules());
+      const response = await rawRequest(proxy, head);
+      assert.equal(assertJsonAnswer(response, status).error, 'bad_request');
+      assert.equal(await outcome(proxy, 'bad_request'), 1);
+      assert.equal(upstream.seen.length, 0);
+      await assertServes(proxy);
+    });
+  }
 
   for (const preserveHost of [false, true]) {
     it(`an HTTP/1.0 request is forwarded with the upstream's Host (preserveHost: ${preserveHost})`, async () => {

@@ -124,6 +124,36 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     assert.deepEqual(await stopped, { forcedConnections: 0 });
   });
 
+  it('an upgrade arriving during the drain is refused 503 and counted as draining, not bad_request', async () => {
+    const { upstream } = await echoingUpstream();
+    const proxy = await startTestProxy(upstream.url, rules('server:\n  upgradeIdleTimeoutMs: 0\n'));
+    fixtures.track(upstream.close);
+    // The tunnel keeps the drain going. The upgrade's head starts before the drain (the listener
+    // closes, and idle connections with it, when the drain starts) and ends during it.
+    const tunnel = await openTunnel(proxy.base);
+    const late = connect(Number(new URL(proxy.base).port), '127.0.0.1');
+    late.on('error', () => {});
+    let received = '';
+    late.on('data', (chunk: Buffer) => {
+      received += chunk.toString('latin1');
+    });
+    await new Promise((resolve) => late.once('connect', resolve));
+    late.write('GET /socket HTTP/1.1\r\nHost: x\r\n');
+    // On loopback the bytes are at the proxy once written: an echo through the tunnel, sent after
+    // them, comes back only once the proxy's event loop has polled (and read) both.
+    assert.equal(await echo(tunnel, 'after the head'), 'after the head');
+    const stopped = proxy.proxy.close({ drainTimeoutMs: 20_000 });
+    await until('draining', () => proxy.proxy.draining);
+    late.write('Connection: Upgrade\r\nUpgrade: websocket\r\n\r\n');
+    await until('the refusal', () => received.includes('"draining"'));
+    assert.match(received, /^HTTP\/1\.1 503 /);
+    assert.equal(await outcome(proxy, 'draining'), 1);
+    assert.equal(await outcome(proxy, 'bad_request'), 0);
+    late.destroy();
+    tunnel.destroy();
+    assert.deepEqual(await stopped, { forcedConnections: 0 });
+  });
+
   it('a tunnel still open at the drain deadline is cut and counted once', async () => {
     const { upstream } = await echoingUpstream();
     const proxy = await startTestProxy(upstream.url, rules('server:\n  upgradeIdleTimeoutMs: 0\n'));

@@ -26,7 +26,9 @@ export type ProxyOutcome =
   /** The request could not be forwarded as sent (unparsable, headers too large, bad target, CONNECT, repeated key header): 4xx from the proxy. */
   | 'bad_request'
   /** Answered by the proxy itself, never forwarded: `OPTIONS *` (200 with `Allow`). */
-  | 'answered_locally';
+  | 'answered_locally'
+  /** An upgrade arriving while the proxy drains: 503 from the proxy, never forwarded (a tunnel would outlive the drain). */
+  | 'draining';
 
 /** One bucket decision: `would_drop` is a shadow bucket's rejection (admitted), `error` a limiter that threw (admitted). */
 export type DecisionResult = 'allowed' | 'rejected' | 'would_drop' | 'fail_open' | 'fail_closed' | 'error';
@@ -54,6 +56,7 @@ const OUTCOMES: readonly ProxyOutcome[] = [
   'client_timeout',
   'bad_request',
   'answered_locally',
+  'draining',
 ];
 const RESULTS: readonly DecisionResult[] = [
   'allowed',
@@ -79,7 +82,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);
   new Counter({
     name: 'spillway_proxy_requests_total',
-    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally).',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally, draining).',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {

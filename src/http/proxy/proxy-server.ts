@@ -12,7 +12,7 @@ import type { Decision } from '../../core/decision.js';
 import {
   answerClientErrors,
   type ClientFailure,
-  missingHost,
+  requestHeadFault,
   TIMEOUT_SWEEP_MS,
 } from '../../core/http-client-error.js';
 import { type RawResponse, writeRawResponse } from '../../core/raw-response.js';
@@ -225,7 +225,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   const connections = new WeakMap<Duplex, ClientConnection>();
   let lastLimiterErrorLogMs = 0;
 
-  // An HTTP/1.1 request without Host is answered and counted by `serve` (`missingHost`), not
+  // An HTTP/1.1 request without Host is answered and counted by `serve` (`requestHeadFault`), not
   // with Node's bare 400 before the request event.
   const server: Server = createServer({
     keepAlive: true,
@@ -301,10 +301,16 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     connection.open.add(exchange);
     try {
       if (draining) res.setHeader('connection', 'close');
-      const noHost = missingHost(req);
-      if (noHost !== undefined) {
+      // A refusal before any body is read: the connection closes rather than read megabytes of a
+      // body nobody wants (one waiting for `100 Continue` is not sent, and gets none).
+      const refuseBody = () => {
+        if (hasBody(req) && !expectContinue) res.setHeader('connection', 'close');
+      };
+      const headFault = requestHeadFault(req);
+      if (headFault !== undefined) {
         metrics.request('bad_request');
-        sendJson(res, noHost.status, { error: 'bad_request', message: noHost.message });
+        refuseBody();
+        sendJson(res, headFault.status, { error: 'bad_request', message: headFault.message });
         return;
       }
       if (req.url === '*' && req.method === 'OPTIONS') {
@@ -314,6 +320,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       const target = requestTarget(req);
       if (target === undefined) {
         metrics.request('bad_request');
+        refuseBody();
         sendJson(res, 400, {
           error: 'bad_request',
           message: 'the request target must be an origin-form path',
@@ -898,17 +905,26 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     };
     const rules = active;
     try {
+      // Pipelined behind a request still unanswered on this connection: any answer now would pass
+      // for that request's (Node hands an upgrade over at once). Nothing is written, the connection
+      // closes, as for a parse error there (`answerClientErrors`); that request counts client_abort.
+      const open = connections.get(socket)?.open;
+      if (open !== undefined && [...open].some((earlier) => !earlier.res.writableFinished)) {
+        metrics.request('bad_request');
+        socket.destroy();
+        return;
+      }
       const target = requestTarget(req);
       if (draining || target === undefined) {
-        metrics.request('bad_request');
+        metrics.request(draining ? 'draining' : 'bad_request');
         sendRawJson(socket, draining ? 503 : 400, {}, { error: draining ? 'draining' : 'bad_request' });
         return;
       }
       // Node never required it of an upgrade (`requireHostHeader` checks plain requests only).
-      const noHost = missingHost(req);
-      if (noHost !== undefined) {
+      const headFault = requestHeadFault(req);
+      if (headFault !== undefined) {
         metrics.request('bad_request');
-        sendRawJson(socket, noHost.status, {}, { error: 'bad_request', message: noHost.message });
+        sendRawJson(socket, headFault.status, {}, { error: 'bad_request', message: headFault.message });
         return;
       }
       const verdictOrPromise = decide(rules, req);
