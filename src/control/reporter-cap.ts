@@ -17,7 +17,7 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
 export interface ReporterCap {
   /** Multiple of the bucket's median per-host rate a reporter may claim. Default: no median bound. */
   medianMultiple?: number;
-  /** The median bound never clips below this rate per host (rps). Default 0. */
+  /** The median bound never clips below this rate per host (rps). Default 0; needs `medianMultiple`. */
   floorRps?: number;
   /** Hard bound per host (rps), whatever the median. Default: none. */
   maxRps?: number;
@@ -42,6 +42,14 @@ export function validateReporterCap(cap: ReporterCap, field = 'reporterCap'): Re
         { field: `${field}.${name}` },
       );
     }
+  }
+  // The floor only bounds the median bound from below: alone it would be ignored in silence.
+  if (cap.floorRps !== undefined && cap.medianMultiple === undefined) {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `${field}.floorRps bounds the median bound only: set ${field}.medianMultiple too (or use ${field}.maxRps for a fixed bound)`,
+      { field: `${field}.floorRps` },
+    );
   }
   return cap;
 }

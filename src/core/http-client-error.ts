@@ -1,5 +1,6 @@
 import { type IncomingMessage, maxHeaderSize, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
+import { ErrorCode, SpillwayError } from './errors.js';
 import { type RawResponse, writeRawResponse } from './raw-response.js';
 
 /**
@@ -9,6 +10,26 @@ import { type RawResponse, writeRawResponse } from './raw-response.js';
  * the bounds hold within a second. The sweep visits only connections with a request in progress.
  */
 export const TIMEOUT_SWEEP_MS = 1_000;
+
+/** Node's `requestTimeout` default, which a `headersTimeout` may not exceed (createServer throws). */
+const NODE_REQUEST_TIMEOUT_MS = 300_000;
+
+/**
+ * A server's `headersTimeoutMs` option: a whole number of ms from 1 to Node's `requestTimeout`
+ * (300 s), else ERR_SPILLWAY_INVALID_OPTION naming `field` (Node would throw its own RangeError
+ * from createServer, or take a fraction). Undefined: Node's default, 60 s.
+ */
+export function validateHeadersTimeoutMs(value: number | undefined, field: string): number | undefined {
+  if (value === undefined) return undefined;
+  if (!Number.isInteger(value) || value < 1 || value > NODE_REQUEST_TIMEOUT_MS) {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `${field} must be a whole number of ms from 1 to ${NODE_REQUEST_TIMEOUT_MS}, got ${String(value)}`,
+      { field },
+    );
+  }
+  return value;
+}
 
 /** A request Node's server gave up on, as a status and a message a client can act on. */
 export interface ClientFailure {

@@ -9,6 +9,7 @@ import {
   continueSoundRequests,
   requestHeadFault,
   TIMEOUT_SWEEP_MS,
+  validateHeadersTimeoutMs,
 } from '../core/http-client-error.js';
 import type { RawResponse } from '../core/raw-response.js';
 import type { Logger } from '../ops/logger.js';
@@ -110,6 +111,7 @@ const acceptBody = z.strictObject({ id: z.string().min(1).max(256) });
  */
 export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
   const host = options.host ?? '127.0.0.1';
+  const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { controller, overrides, admin, tuning, logger } = options;
   const adminToken = options.adminToken || undefined;
   const assets: Map<string, StaticAsset> = loadStaticAssets(options.staticDir);
@@ -138,7 +140,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
   const serverOptions = {
     requireHostHeader: false,
     connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
-    headersTimeout: options.headersTimeoutMs,
+    headersTimeout,
   };
   const server = createServer(serverOptions, (request, response) => {
     route(request, response).catch((error: unknown) => {

@@ -7,6 +7,7 @@ import {
   continueSoundRequests,
   requestHeadFault,
   TIMEOUT_SWEEP_MS,
+  validateHeadersTimeoutMs,
 } from '../core/http-client-error.js';
 
 const TEXT = 'text/plain; charset=utf-8';
@@ -46,6 +47,7 @@ export interface OpsServer {
  */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
   const host = options.host ?? '127.0.0.1';
+  const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { registry, health } = options;
 
   // `requireHostHeader: false`: an HTTP/1.1 request without Host gets the ops server's own 400
@@ -53,7 +55,7 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
   const serverOptions = {
     requireHostHeader: false,
     connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
-    headersTimeout: options.headersTimeoutMs,
+    headersTimeout,
   };
   const server = createServer(serverOptions, (request, response) => {
     route(request, response).catch((error: unknown) => {

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
+import { isSpillwayError } from '../../src/core/errors.js';
 import { createMetrics } from '../../src/ops/metrics.js';
 import { type HealthReport, startOpsServer } from '../../src/ops/ops-server.js';
 import { clientErrorSuite, SUITE_HEADERS_TIMEOUT_MS } from '../helpers/client-error-suite.js';
@@ -38,6 +39,19 @@ clientErrorSuite({
     assert.ok(answer.body.endsWith('\n'));
     return answer.body.slice(0, -1);
   },
+});
+
+describe('ops server: options', () => {
+  it("headersTimeoutMs outside 1 ms … 300 s is refused with ERR_SPILLWAY_INVALID_OPTION, not Node's RangeError", async () => {
+    const metrics = createMetrics({ component: 'host', id: 'h1', processMetrics: false });
+    for (const headersTimeoutMs of [0, 300_001, 1.5, Number.NaN]) {
+      await assert.rejects(
+        startOpsServer({ registry: metrics.registry, health: () => ({ ok: true }), headersTimeoutMs }),
+        (e) => isSpillwayError(e, 'ERR_SPILLWAY_INVALID_OPTION'),
+        String(headersTimeoutMs),
+      );
+    }
+  });
 });
 
 describe('ops server: requests without Host', () => {

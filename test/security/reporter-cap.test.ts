@@ -194,6 +194,12 @@ describe('reporter cap: one lying host', () => {
       () => validateReporterCap({ maxRps: -1 }),
       (e) => isSpillwayError(e, 'ERR_SPILLWAY_INVALID_OPTION'),
     );
+    // A floor without the median bound it limits would be ignored in silence.
+    assert.throws(
+      () => validateReporterCap({ floorRps: 50, maxRps: 100 }),
+      (e) =>
+        isSpillwayError(e, 'ERR_SPILLWAY_INVALID_OPTION') && /medianMultiple too/.test((e as Error).message),
+    );
     assert.equal(perHostCapRps({}, [1, 2, 3]), Number.POSITIVE_INFINITY);
     assert.equal(perHostCapRps({ medianMultiple: 2 }, [1, 1e9]), 2, 'lower median: a pair cannot lift it');
     assert.equal(perHostCapRps({ medianMultiple: 2, floorRps: 50 }, [1, 1e9]), 50);
