@@ -10,9 +10,10 @@ import { exportedMetricNames, isExported } from './deploy/exported-metrics.js';
 
 /**
  * Every ```yaml example in docs/ loads with the loader it is written for, so an example a reader
- * copies is never refused (README examples: test/readme.test.ts). An example may be a fragment of
- * a file (a `backend:` mapping, a `buckets:` list): the fields it leaves out are filled with the
- * smallest valid ones, never overriding what it sets.
+ * copies is never refused (README examples: test/readme.test.ts; TypeScript examples:
+ * test/docs-typescript.test.ts). An example may be a fragment of a file (a `backend:` mapping, a
+ * `buckets:` list): the fields it leaves out are filled with the smallest valid ones, never
+ * overriding what it sets.
  */
 const examples = readdirSync('docs')
   .filter((name) => name.endsWith('.md'))
