@@ -6,6 +6,7 @@ import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
+import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
@@ -92,6 +93,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9091',
     },
+    ...OPS_ALLOWED_HOST_FLAGS,
     ...BUCKET_SERIES_FLAGS,
     id: {
       type: 'string',
@@ -136,6 +138,7 @@ export function run(argv: string[]): Promise<number> {
     const parents = parseTargets('parent', listFlag(values, 'parent'));
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7071');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9091');
+    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
     const id = stringFlag(values, 'id') ?? `aggregator-${zone}-${hostname()}-${process.pid}`;
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 100 });
     const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
@@ -206,6 +209,7 @@ export function run(argv: string[]): Promise<number> {
     const opsServer = await startOpsServer({
       host: ops.host,
       port: ops.port,
+      allowedHosts: opsAllowedHosts,
       registry: metrics.registry,
       // Hosts are answered from the directive cache whether or not a parent answers (fail open), so
       // the process is healthy either way; the details show how the upstream side is doing.

@@ -13,7 +13,6 @@ import { createAdminActions } from '../dashboard/admin-actions.js';
 import { createAdminOverrides } from '../dashboard/admin-overrides.js';
 import { MIN_ADMIN_TOKEN_LENGTH } from '../dashboard/admin-token.js';
 import { type DashboardServer, startDashboardServer } from '../dashboard/dashboard-server.js';
-import { allowedHostProblem } from '../dashboard/host-allowlist.js';
 import { observeTimers } from '../dashboard/tick-observer.js';
 import { addControllerMetrics } from '../ops/controller-metrics.js';
 import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
@@ -22,10 +21,10 @@ import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createReloadMetrics } from '../ops/reload-metrics.js';
 import { startGrpcControlServer } from '../transport/grpc-control-server.js';
+import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
-  listFlag,
   numberFlag,
   parseHostPort,
   runCommand,
@@ -64,6 +63,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9090',
     },
+    ...OPS_ALLOWED_HOST_FLAGS,
     ...BUCKET_SERIES_FLAGS,
     dashboard: {
       type: 'string',
@@ -155,16 +155,11 @@ export function run(argv: string[]): Promise<number> {
     const configPath = stringFlag(values, 'config')!;
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7070');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9090');
+    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
     const id = stringFlag(values, 'id') ?? `controller-${hostname()}`;
     const dashboardAt = stringFlag(values, 'dashboard');
     const dashboardAddress = dashboardAt === undefined ? undefined : parseHostPort('dashboard', dashboardAt);
-    const dashboardAllowedHosts = listFlag(values, 'dashboard-allowed-host');
-    for (const entry of dashboardAllowedHosts) {
-      const problem = allowedHostProblem(entry);
-      if (problem !== undefined) {
-        throw usageError(`--dashboard-allowed-host: ${problem}`, { flag: 'dashboard-allowed-host' });
-      }
-    }
+    const dashboardAllowedHosts = allowedHostsFromFlag(values, 'dashboard-allowed-host');
     if (dashboardAllowedHosts.length > 0 && !dashboardAddress) {
       throw usageError('--dashboard-allowed-host needs --dashboard', { flag: 'dashboard-allowed-host' });
     }
@@ -327,6 +322,7 @@ export function run(argv: string[]): Promise<number> {
     const opsServer = await startOpsServer({
       host: ops.host,
       port: ops.port,
+      allowedHosts: opsAllowedHosts,
       registry: metrics.registry,
       health: () => {
         // Counts only: a probe every few seconds must not copy 100,000 buckets.

@@ -5,6 +5,7 @@ import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
+import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
@@ -56,6 +57,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:0',
     },
+    ...OPS_ALLOWED_HOST_FLAGS,
     ...BUCKET_SERIES_FLAGS,
     id: {
       type: 'string',
@@ -101,6 +103,7 @@ export function run(argv: string[]): Promise<number> {
     const rates = parseBucketRates(listFlag(values, 'bucket'));
     const durationS = numberFlag(values, 'duration-s', 0, { min: 0, max: MAX_TIMER_SECONDS });
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:0');
+    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
     const id = stringFlag(values, 'id') ?? `${hostname()}-${process.pid}`;
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 50 });
     const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
@@ -144,6 +147,7 @@ export function run(argv: string[]): Promise<number> {
     const opsServer = await startOpsServer({
       host: ops.host,
       port: ops.port,
+      allowedHosts: opsAllowedHosts,
       registry: metrics.registry,
       // A host serves with or without its control plane (fail open), so it is always healthy;
       // the details say how fresh its directives are.

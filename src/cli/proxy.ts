@@ -10,6 +10,7 @@ import { addLimiterMetrics } from '../ops/limiter-metrics.js';
 import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
+import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import { type CommandSpec, numberFlag, parseHostPort, runCommand, stringFlag } from './command-line.js';
 import { watchFile } from './file-watcher.js';
@@ -41,6 +42,7 @@ export const spec: CommandSpec = {
       description: 'address of /healthz and /metrics',
       defaultText: '127.0.0.1:9095',
     },
+    ...OPS_ALLOWED_HOST_FLAGS,
     ...BUCKET_SERIES_FLAGS,
     id: {
       type: 'string',
@@ -85,6 +87,7 @@ export function run(argv: string[]): Promise<number> {
     const configPath = stringFlag(values, 'config')!;
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:8080');
     const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9095');
+    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
     const id = stringFlag(values, 'id') ?? `proxy-${hostname()}-${process.pid}`;
     // At most a day: the shutdown guard (this + 10 s) must fit Node's 32-bit timers, or it fires at once.
     const drainTimeoutMs = numberFlag(values, 'drain-timeout-ms', 10_000, { min: 0, max: 86_400_000 });
@@ -215,6 +218,7 @@ export function run(argv: string[]): Promise<number> {
       opsServer = await startOpsServer({
         host: ops.host,
         port: ops.port,
+        allowedHosts: opsAllowedHosts,
         registry: metrics.registry,
         // Unhealthy from SIGTERM on (the shutdown delay, then the drain), so a load balancer stops
         // sending before connections close.

@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
+import { createHostCheck } from '../core/host-allowlist.js';
 import { formatHostPort } from '../core/host-port.js';
 import {
   answerClientErrors,
@@ -20,7 +21,6 @@ import { ApiError, ApiErrorCode } from './api-error.js';
 import { createBucketHistory } from './bucket-history.js';
 import { buildDashboardView, type DashboardView, type ViewLimits } from './dashboard-view.js';
 import { createEventStream } from './event-stream.js';
-import { createHostCheck } from './host-allowlist.js';
 import { loadStaticAssets, type StaticAsset } from './static-assets.js';
 import type { TuningSource } from './tuning-source.js';
 

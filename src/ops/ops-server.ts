@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { createHostCheck } from '../core/host-allowlist.js';
 import { formatHostPort } from '../core/host-port.js';
 import {
   answerClientErrors,
@@ -23,6 +24,13 @@ export interface OpsServerOptions {
   host?: string;
   /** Default 0 (any free port; read the real one from `address`). */
   port?: number;
+  /**
+   * Names (or IP addresses) besides the listen address that scrapers may use in `Host`, e.g. a
+   * DNS name Prometheus scrapes. Every other `Host` is refused with `403` (DNS rebinding; see
+   * core/host-allowlist.ts for what is served by default). `ERR_SPILLWAY_INVALID_OPTION` for an
+   * entry that is not a host name or IP address.
+   */
+  allowedHosts?: readonly string[];
   registry: Registry;
   health: () => HealthReport | Promise<HealthReport>;
   /**
@@ -43,12 +51,16 @@ export interface OpsServer {
  * 503 when not) and `GET /metrics` (Prometheus text format). Anything else is 404 (405 for other
  * methods on those paths). Errors are plain text, as a scraper or `curl` shows them; a request
  * Node's parser rejects or whose headers are late gets one too, with `Connection: close`, and an
- * HTTP/1.1 request without Host a 400. Plain node:http: two routes do not need a framework.
+ * HTTP/1.1 request without Host a 400. A request whose Host the endpoint does not serve gets a
+ * 403 before routing, HTTP/1.0 without Host included (`allowedHosts`): a page that rebinds its
+ * name to this machine must not read the metrics, which name buckets, limits and hosts. Plain
+ * node:http: two routes do not need a framework.
  */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
   const host = options.host ?? '127.0.0.1';
   const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { registry, health } = options;
+  const hostServed = createHostCheck({ listenHost: host, allowedHosts: options.allowedHosts ?? [] });
 
   // `requireHostHeader: false`: an HTTP/1.1 request without Host gets the ops server's own 400
   // (`route`), not Node's bare one before any handler runs.
@@ -76,6 +88,19 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
     const headFault = requestHeadFault(request);
     if (headFault !== undefined) {
       send(response, headFault.status, TEXT, `${headFault.message}\n`);
+      return;
+    }
+    // Before routing: a rebound name learns nothing, not even which paths exist.
+    const hostHeader = request.headers.host;
+    if (!hostServed(hostHeader)) {
+      send(
+        response,
+        403,
+        TEXT,
+        hostHeader === undefined
+          ? 'forbidden: the request has no Host header, so it names no host the ops endpoint serves; send one\n'
+          : 'forbidden: this Host is not one the ops endpoint serves (DNS-rebinding guard); allow a name with --ops-allowed-host\n',
+      );
       return;
     }
     const path = (request.url ?? '/').split('?')[0];

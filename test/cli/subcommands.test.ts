@@ -9,6 +9,7 @@ import { create } from '@bufbuild/protobuf';
 import { subcommands } from '../../src/cli/main.js';
 import { ReportRequestSchema } from '../../src/gen/spillway/v1/control_pb.js';
 import { createGrpcControlClient } from '../../src/transport/grpc-control-client.js';
+import { rawExchange } from '../helpers/raw-http.js';
 import {
   REPO_ROOT,
   type SpillwayProcess,
@@ -153,6 +154,16 @@ describe('spillway subcommands: help and usage errors', () => {
         ['controller', '--config', 'x.yaml', '--dashboard-allowed-host', 'dash.example.com'],
         /--dashboard-allowed-host needs --dashboard/,
       ],
+      // Every command that serves an ops endpoint takes --ops-allowed-host, checked the same way.
+      ...[
+        ['host', '--zone', 'z1', '--bucket', 'a=1', '--aggregator', '127.0.0.1:7071'],
+        ['aggregator', '--zone', 'z1', '--parent', '127.0.0.1:7070'],
+        ['controller', '--config', 'x.yaml'],
+        ['proxy', '--config', 'x.yaml'],
+      ].map((args): [string[], RegExp] => [
+        [...args, '--ops-allowed-host', 'metrics.example:9090'],
+        /--ops-allowed-host: 'metrics\.example:9090' is not a host name or IP address/,
+      ]),
       [
         [
           'controller',
@@ -356,5 +367,36 @@ describe('spillway host', () => {
     assert.equal(totals!.bucket, 'a');
     assert.ok(totals!.offered >= 150, `offered ${totals!.offered} in 1.5 s at 200 rps`);
     assert.equal(totals!.admitted, totals!.offered, 'everything admitted: no directive, ratio 0');
+  });
+});
+
+describe('spillway --ops-allowed-host', () => {
+  it('reaches the ops endpoint: that name is served, a rebound one is refused with 403', async () => {
+    const host = await startSpillway('host', [
+      'host',
+      '--aggregator',
+      '127.0.0.1:1',
+      '--zone',
+      'z1',
+      '--bucket',
+      'a=1',
+      '--ops',
+      '127.0.0.1:0',
+      '--ops-allowed-host',
+      'metrics.example',
+      '--log-level',
+      'error',
+    ]);
+    running.push(host);
+    const port = Number(host.ops.split(':').at(-1));
+    const get = async (hostHeader: string) =>
+      (await rawExchange(port, `GET /metrics HTTP/1.1\r\nHost: ${hostHeader}\r\nConnection: close\r\n\r\n`))
+        .answers[0];
+    assert.equal((await get(`metrics.example:${port}`))?.status, 200);
+    assert.equal((await get(`localhost:${port}`))?.status, 200);
+    const refused = await get(`evil.example:${port}`);
+    assert.equal(refused?.status, 403);
+    assert.match(refused?.body ?? '', /allow a name with --ops-allowed-host/);
+    assert.equal(await stopSpillway(host), 0);
   });
 });

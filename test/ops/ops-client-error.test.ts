@@ -55,11 +55,19 @@ describe('ops server: options', () => {
 });
 
 describe('ops server: requests without Host', () => {
-  it('HTTP/1.0 without Host is served (it may omit it)', async () => {
+  // As the dashboard: no Host names no host the endpoint serves (the DNS-rebinding guard,
+  // ops-host-check.test.ts). Prometheus and kubelet probes speak HTTP/1.1 and always send one.
+  it('HTTP/1.0 without Host: 403, it names no host served here', async () => {
     const metrics = createMetrics({ component: 'host', id: 'h1', processMetrics: false });
     const ops = await startOpsServer({ registry: metrics.registry, health: () => ({ ok: true }) });
     try {
-      const { answers } = await rawExchange(ops.port, 'GET /healthz HTTP/1.0\r\n\r\n');
+      for (const path of ['/healthz', '/metrics']) {
+        const { answers } = await rawExchange(ops.port, `GET ${path} HTTP/1.0\r\n\r\n`);
+        assert.equal(answers[0]?.status, 403, path);
+        assert.match(answers[0]!.body, /^forbidden: the request has no Host header/, path);
+      }
+      // With one, HTTP/1.0 is served as before.
+      const { answers } = await rawExchange(ops.port, 'GET /healthz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n');
       assert.equal(answers[0]?.status, 200);
       assert.deepEqual(JSON.parse(answers[0]!.body), { ok: true });
     } finally {

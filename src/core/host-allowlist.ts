@@ -1,14 +1,14 @@
 import { isIP } from 'node:net';
-import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { ErrorCode, SpillwayError } from './errors.js';
 
 export interface HostAllowlistOptions {
-  /** The host the dashboard listens on, as given to `listen` (`127.0.0.1`, `::1`, `0.0.0.0`, a name). */
+  /** The host the server listens on, as given to `listen` (`127.0.0.1`, `::1`, `0.0.0.0`, a name). */
   listenHost: string;
-  /** More names (or IP addresses) browsers may use to reach it: a reverse proxy's public name. */
+  /** More names (or IP addresses) clients may use to reach it: a reverse proxy's, a DNS entry's. */
   allowedHosts?: readonly string[];
 }
 
-/** Says whether a request's `Host` header names this dashboard. */
+/** Says whether a request's `Host` header names this server. */
 export type HostCheck = (hostHeader: string | undefined) => boolean;
 
 const LOOPBACK_NAMES = ['localhost', '127.0.0.1', '[::1]'];
@@ -18,9 +18,10 @@ const HOST_HEADER = /^(\[[0-9a-f:.]+\]|[^:[\]]+)(?::\d{1,5})?$/i;
 const HOST_NAME = /^[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*$/;
 
 /**
- * The guard against DNS rebinding: a page on `evil.example` that re-points its name at
- * 127.0.0.1 can make the operator's browser send it requests the same-origin policy lets it read,
- * but their `Host` still says `evil.example`. Only hosts the dashboard serves are answered:
+ * The guard against DNS rebinding, for the servers a browser on the machine could reach (the
+ * dashboard, the ops endpoint): a page on `evil.example` that re-points its name at 127.0.0.1 can
+ * make the operator's browser send it requests the same-origin policy lets it read, but their
+ * `Host` still says `evil.example`. Only hosts the server serves are answered:
  *
  * - the listen address, and `allowedHosts`, compared without the port, case-insensitively;
  * - `localhost`, `127.0.0.1` and `[::1]` when it listens on loopback or on every address;
