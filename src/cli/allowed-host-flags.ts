@@ -1,7 +1,7 @@
-import { allowedHostProblem } from '../core/host-allowlist.js';
+import { allowedHostProblem } from '../server/host-allowlist.js';
 import { type FlagSpec, type FlagValues, listFlag, usageError } from './command-line.js';
 
-/** The ops endpoint's extra names (controller, aggregator, proxy, host); see core/host-allowlist.ts. */
+/** The ops endpoint's extra names (controller, aggregator, proxy, host); see server/host-allowlist.ts. */
 export const OPS_ALLOWED_HOST_FLAGS: Record<string, FlagSpec> = {
   'ops-allowed-host': {
     type: 'string',

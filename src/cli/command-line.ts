@@ -1,6 +1,6 @@
 import { parseArgs } from 'node:util';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
-import { formatHostPort } from '../core/host-port.js';
+import { formatHostPort } from '../protocol/host-port.js';
 
 /**
  * Flag parsing, help and usage errors shared by the subcommands. Each subcommand declares its flags

@@ -17,7 +17,7 @@ export const subcommands: Record<string, Subcommand> = {
   demo: {
     summary:
       'start a whole local cluster (controller + dashboard, aggregators, sidecar proxies, load) and watch it',
-    load: () => import('./demo.js'),
+    load: () => import('./demo/demo.js'),
   },
   controller: {
     summary: 'run the global rate limiter controller (limits file, drop ratios, directives)',

@@ -1,8 +1,6 @@
 import { create } from '@bufbuild/protobuf';
-import { acknowledgingId } from '../core/acknowledging-id.js';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
-import { selectBusiest } from '../core/select-busiest.js';
 import {
   type BucketUsage,
   BucketUsageSchema,
@@ -14,21 +12,19 @@ import {
   ReportResponseSchema,
   Tier,
 } from '../gen/spillway/v1/control_pb.js';
+import { acknowledgingId } from '../protocol/acknowledging-id.js';
+import { hostsSpokenFor } from '../protocol/hosts-spoken-for.js';
+import { MAX_REPORT_WINDOW_MS, RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
+import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
-import { hostsSpokenFor } from './hosts-spoken-for.js';
 import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
 import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
+import { selectBusiest } from './select-busiest.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
-import {
-  DEFAULT_MAX_BUCKETS_PER_REPORT,
-  DEFAULT_MAX_WINDOW_MS,
-  type ReportLimits,
-  validateReport,
-} from './validate-report.js';
 
 export interface AggregatorOptions {
   /** Reporter id upward and responder id downward. */
@@ -299,7 +295,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   const jitterRatio = options.jitterRatio ?? 0.1;
   const maxHosts = options.maxHosts ?? 10_000;
   const maxBuckets = options.maxBuckets ?? 100_000;
-  const maxBucketsPerForward = options.maxBucketsPerForward ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
+  const maxBucketsPerForward = options.maxBucketsPerForward ?? RECEIVER_MAX_BUCKETS_PER_REPORT;
   if (!Number.isInteger(maxBucketsPerForward) || maxBucketsPerForward < 1) {
     throw new SpillwayError(ErrorCode.InvalidOption, 'maxBucketsPerForward must be an integer >= 1', {
       field: 'maxBucketsPerForward',
@@ -721,7 +717,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     // whatever the window; whole milliseconds keep counts and the wire's window consistent, and
     // the clamp keeps the window valid after a long pause.
     const endMs = Math.floor(nowMs);
-    const windowMs = Math.min(Math.max(endMs - lastForwardEndMs, 1), DEFAULT_MAX_WINDOW_MS);
+    const windowMs = Math.min(Math.max(endMs - lastForwardEndMs, 1), MAX_REPORT_WINDOW_MS);
     const windowSec = windowMs / 1000;
     lastForwardEndMs = endMs;
     let forwarded: BucketEntry[] = [];

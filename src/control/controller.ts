@@ -8,7 +8,6 @@ import {
 import type { LimitsConfig, RatioPolicySpec } from '../config/limits-config.js';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
-import { selectBusiest } from '../core/select-busiest.js';
 import {
   type Directive,
   DirectiveSchema,
@@ -18,17 +17,18 @@ import {
   ReportResponseSchema,
   type Tier,
 } from '../gen/spillway/v1/control_pb.js';
+import { hostsSpokenFor } from '../protocol/hosts-spoken-for.js';
+import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
-import { hostsSpokenFor } from './hosts-spoken-for.js';
 import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
 import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
+import { selectBusiest } from './select-busiest.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
-import { type ReportLimits, validateReport } from './validate-report.js';
 
 export interface ControllerOptions {
   /** Responder identity put in every reply. */

@@ -39,11 +39,3 @@ export {
 } from './ratio-policy.js';
 export type { ReporterCap } from './reporter-cap.js';
 export { clipScale, perHostCapRps, validateReporterCap } from './reporter-cap.js';
-export type { ReportLimits } from './validate-report.js';
-export {
-  DEFAULT_MAX_BUCKETS_PER_REPORT,
-  DEFAULT_MAX_RATE_PER_SEC,
-  DEFAULT_MAX_REPORT_KEY_BYTES,
-  DEFAULT_MAX_WINDOW_MS,
-  validateReport,
-} from './validate-report.js';

@@ -2,8 +2,9 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
-import { createHostCheck } from '../core/host-allowlist.js';
-import { formatHostPort } from '../core/host-port.js';
+import type { Logger } from '../ops/logger.js';
+import { formatHostPort } from '../protocol/host-port.js';
+import { createHostCheck } from '../server/host-allowlist.js';
 import {
   answerClientErrors,
   type ClientFailure,
@@ -11,9 +12,8 @@ import {
   requestHeadFault,
   TIMEOUT_SWEEP_MS,
   validateHeadersTimeoutMs,
-} from '../core/http-client-error.js';
-import type { RawResponse } from '../core/raw-response.js';
-import type { Logger } from '../ops/logger.js';
+} from '../server/http-client-error.js';
+import type { RawResponse } from '../server/raw-response.js';
 import type { AdminActions, AdminActor } from './admin-actions.js';
 import type { AdminOverrides } from './admin-overrides.js';
 import { checkBearer } from './admin-token.js';

@@ -4,7 +4,7 @@ import type {
   ControllerCounters,
   ControllerSnapshot,
 } from '../control/controller.js';
-import { selectBusiest } from '../core/select-busiest.js';
+import { selectBusiest } from '../control/select-busiest.js';
 import { Tier } from '../gen/spillway/v1/control_pb.js';
 import type { EffectiveRule } from './admin-overrides.js';
 

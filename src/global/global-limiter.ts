@@ -4,6 +4,7 @@ import { systemScheduler } from '../core/clock.js';
 import type { Decision, SyncLimiter } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { coarseClock } from '../local/coarse-clock.js';
+import { SENDER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
 import type { ControlClient } from '../transport/control-transport.js';
 import type { Bucket, BucketContext, BucketHandle, BucketMode } from './bucket-handle.js';
 import { BucketTable } from './bucket-table.js';
@@ -128,7 +129,6 @@ export const DEFAULT_JITTER_RATIO = 0.1;
 export const DEFAULT_MAX_BUCKETS = 10_000;
 /** The protocol bounds bucket keys at 256 bytes. */
 export const DEFAULT_GLOBAL_MAX_KEY_LENGTH = 256;
-export const DEFAULT_MAX_BUCKETS_PER_REPORT = 5_000;
 export const DEFAULT_IDLE_EXPIRY_MS = 60_000;
 /** Measured with the fleet simulator (docs/accuracy.md). */
 export const DEFAULT_LOCAL_RESCALE = true;
@@ -244,7 +244,7 @@ export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimite
   const maxKeyLength = positiveInteger('maxKeyLength', options.maxKeyLength ?? DEFAULT_GLOBAL_MAX_KEY_LENGTH);
   const maxBucketsPerReport = positiveInteger(
     'maxBucketsPerReport',
-    options.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT,
+    options.maxBucketsPerReport ?? SENDER_MAX_BUCKETS_PER_REPORT,
   );
   const carryOverMaxMs =
     options.carryOverMaxMs === undefined

@@ -18,7 +18,6 @@ export {
   DEFAULT_JITTER_RATIO,
   DEFAULT_LOCAL_RESCALE,
   DEFAULT_MAX_BUCKETS,
-  DEFAULT_MAX_BUCKETS_PER_REPORT,
 } from './global-limiter.js';
 export {
   FLEET_LOCAL_Z,

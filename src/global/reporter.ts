@@ -1,8 +1,6 @@
 import { create } from '@bufbuild/protobuf';
-import { acknowledgingId } from '../core/acknowledging-id.js';
 import type { Cancellable, Random, Scheduler } from '../core/clock.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
-import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
 import {
   type BucketUsage,
   BucketUsageSchema,
@@ -11,6 +9,8 @@ import {
   type ReportResponse,
   Tier,
 } from '../gen/spillway/v1/control_pb.js';
+import { acknowledgingId } from '../protocol/acknowledging-id.js';
+import { MAX_REPORT_WINDOW_MS } from '../protocol/report-bounds.js';
 import type { ControlClient } from '../transport/control-transport.js';
 import type { Bucket } from './bucket-handle.js';
 import type { BucketTable } from './bucket-table.js';

@@ -1,6 +1,6 @@
 import type { AggregatorSnapshot } from '../control/aggregator.js';
+import { selectBusiest } from '../control/select-busiest.js';
 import { TIER_NAMES } from '../control/tier-name.js';
-import { selectBusiest } from '../core/select-busiest.js';
 import { DEFAULT_MAX_BUCKET_SERIES } from './limiter-metrics.js';
 import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
 

@@ -1,15 +1,15 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
-import { createHostCheck } from '../core/host-allowlist.js';
-import { formatHostPort } from '../core/host-port.js';
+import { formatHostPort } from '../protocol/host-port.js';
+import { createHostCheck } from '../server/host-allowlist.js';
 import {
   answerClientErrors,
   continueSoundRequests,
   requestHeadFault,
   TIMEOUT_SWEEP_MS,
   validateHeadersTimeoutMs,
-} from '../core/http-client-error.js';
+} from '../server/http-client-error.js';
 
 const TEXT = 'text/plain; charset=utf-8';
 
@@ -27,7 +27,7 @@ export interface OpsServerOptions {
   /**
    * Names (or IP addresses) besides the listen address that scrapers may use in `Host`, e.g. a
    * DNS name Prometheus scrapes. Every other `Host` is refused with `403` (DNS rebinding; see
-   * core/host-allowlist.ts for what is served by default). `ERR_SPILLWAY_INVALID_OPTION` for an
+   * server/host-allowlist.ts for what is served by default). `ERR_SPILLWAY_INVALID_OPTION` for an
    * entry that is not a host name or IP address.
    */
   allowedHosts?: readonly string[];

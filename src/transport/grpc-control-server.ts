@@ -8,10 +8,10 @@ import {
   type sendUnaryData,
   status,
 } from '@grpc/grpc-js';
-import { DEFAULT_MAX_BUCKETS_PER_REPORT } from '../control/validate-report.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
-import { formatHostPort } from '../core/host-port.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
+import { formatHostPort } from '../protocol/host-port.js';
+import { RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
 import type { ControlServer, ReportContext, ReportHandler } from './control-transport.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, reportServerMethod } from './grpc-control-service.js';
 // The receiving side decodes with the hand-written codec: byte-identical to protobuf-es
@@ -92,7 +92,7 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const shutdownGraceMs = options.shutdownGraceMs ?? 2_000;
   const { handler, onError } = options;
-  const maxBucketsPerReport = options.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
+  const maxBucketsPerReport = options.maxBucketsPerReport ?? RECEIVER_MAX_BUCKETS_PER_REPORT;
   const authenticate = createAuthenticator(options.authToken, options.zoneTokens);
   const credentials = serverCredentials(options.tls);
 

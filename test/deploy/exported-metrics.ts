@@ -1,8 +1,8 @@
-import { addProxyKeyMetrics, createProxyMetrics } from '../../src/http/proxy/proxy-metrics.js';
 import { addAggregatorMetrics } from '../../src/ops/aggregator-metrics.js';
 import { addControllerMetrics } from '../../src/ops/controller-metrics.js';
 import { addLimiterMetrics } from '../../src/ops/limiter-metrics.js';
 import { createMetrics } from '../../src/ops/metrics.js';
+import { addProxyKeyMetrics, createProxyMetrics } from '../../src/ops/proxy-metrics.js';
 import { createReloadMetrics } from '../../src/ops/reload-metrics.js';
 
 /**

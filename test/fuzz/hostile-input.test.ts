@@ -4,11 +4,11 @@ import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import fc from 'fast-check';
 import { stringify } from 'yaml';
 import { parseLimitsConfig } from '../../src/config/limits-config.js';
-import { validateReport } from '../../src/control/validate-report.js';
 import { isSpillwayError, type SpillwayError } from '../../src/core/errors.js';
 import { ReportRequestSchema } from '../../src/gen/spillway/v1/control_pb.js';
 import { createClientAddressResolver } from '../../src/http/client-address.js';
 import { formatRateLimit, formatRateLimitPolicy } from '../../src/http/rate-limit-headers.js';
+import { validateReport } from '../../src/protocol/validate-report.js';
 import { decodeReportRequest } from '../../src/transport/report-codec.js';
 
 // Whatever arrives from outside (report bytes, a limits file, HTTP headers) ends in a valid value

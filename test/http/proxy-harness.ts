@@ -3,9 +3,9 @@ import { type AddressInfo, connect, type Socket } from 'node:net';
 import { after } from 'node:test';
 import { Registry } from 'prom-client';
 import { createProxyBackend, type ProxyBackend } from '../../src/http/proxy/proxy-backend.js';
-import { createProxyMetrics } from '../../src/http/proxy/proxy-metrics.js';
 import { type ProxyServer, startProxyServer } from '../../src/http/proxy/proxy-server.js';
 import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+import { createProxyMetrics } from '../../src/ops/proxy-metrics.js';
 
 /** An upstream on port 0 whose handler a test sets; records every request it saw. */
 export interface Upstream {

@@ -14,8 +14,8 @@ import {
   type ClientFailure,
   requestHeadFault,
   TIMEOUT_SWEEP_MS,
-} from '../../core/http-client-error.js';
-import { type RawResponse, writeRawResponse } from '../../core/raw-response.js';
+} from '../../server/http-client-error.js';
+import { type RawResponse, writeRawResponse } from '../../server/raw-response.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
 import type { EdgeLimiter } from '../limiter-adapter.js';
 import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';

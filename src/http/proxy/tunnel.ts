@@ -1,5 +1,5 @@
 import type { Duplex } from 'node:stream';
-import { CLOSE_GRACE_MS } from '../../core/raw-response.js';
+import { CLOSE_GRACE_MS } from '../../server/raw-response.js';
 
 /** An upgraded client connection piped both ways to its upstream connection. */
 export interface Tunnel {

@@ -1,7 +1,7 @@
 import { type IncomingHttpHeaders, STATUS_CODES } from 'node:http';
 import type { Duplex } from 'node:stream';
 import type { Dispatcher } from 'undici';
-import { CLOSE_GRACE_MS } from '../../core/raw-response.js';
+import { CLOSE_GRACE_MS } from '../../server/raw-response.js';
 import { clientResponseHeaders } from './forward-headers.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
 

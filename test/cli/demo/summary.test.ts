@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { formatDemoSummary } from '../../src/cli/demo-summary.js';
-import type { DashboardView } from '../../src/dashboard/dashboard-view.js';
+import { formatDemoSummary } from '../../../src/cli/demo/summary.js';
+import type { DashboardView } from '../../../src/dashboard/dashboard-view.js';
 
 describe('demo summary table', () => {
   it('prints control characters in bucket keys escaped: a key cannot rewrite the terminal', () => {

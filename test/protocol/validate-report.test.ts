@@ -1,9 +1,9 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { validateReport } from '../../src/control/validate-report.js';
 import { isSpillwayError } from '../../src/core/errors.js';
 import { type ReportRequest, Tier } from '../../src/gen/spillway/v1/control_pb.js';
-import { hostReport } from './report-fixtures.js';
+import { validateReport } from '../../src/protocol/validate-report.js';
+import { hostReport } from '../control/report-fixtures.js';
 
 function rejects(request: ReportRequest, field: string, message: RegExp, limits = {}): void {
   assert.throws(

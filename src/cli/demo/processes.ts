@@ -62,7 +62,7 @@ export function createDemoProcessGroup(options: DemoProcessGroupOptions = {}): D
   // under `node --import tsx`. Debugger flags are not passed on (every child would claim the port).
   const entry = process.argv[1]!;
   const watchParent = new URL(
-    `./demo-parent-watch${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`,
+    `./parent-watch${import.meta.url.endsWith('.ts') ? '.ts' : '.js'}`,
     import.meta.url,
   ).href;
   const nodeArgs = [

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { describe, it, mock } from 'node:test';
-import { createVaryingLoad } from '../../src/cli/demo-load.js';
+import { createVaryingLoad } from '../../../src/cli/demo/load.js';
 import {
   DEMO_CYCLE_S,
   DEMO_STREAMS,
@@ -8,10 +8,10 @@ import {
   demoPhase,
   demoProxyRulesYaml,
   zipfWeights,
-} from '../../src/cli/demo-plan.js';
-import { compileLimits, matchBucket } from '../../src/config/compile-limits.js';
-import { parseLimitsConfig } from '../../src/config/limits-config.js';
-import { parseProxyRules } from '../../src/http/rules/proxy-rules.js';
+} from '../../../src/cli/demo/plan.js';
+import { compileLimits, matchBucket } from '../../../src/config/compile-limits.js';
+import { parseLimitsConfig } from '../../../src/config/limits-config.js';
+import { parseProxyRules } from '../../../src/http/rules/proxy-rules.js';
 
 // What `spillway demo` promises about its load: every limit is crossed at some point of the cycle
 // (and the small callers never are), its files load, and the load generator keeps its rates.

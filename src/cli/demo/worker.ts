@@ -1,16 +1,16 @@
 import { z } from 'zod';
-import { createGlobalLimiter } from '../global/global-limiter.js';
-import { addLimiterMetrics } from '../ops/limiter-metrics.js';
-import { createLogger, logListening } from '../ops/logger.js';
-import { createMetrics } from '../ops/metrics.js';
-import { startOpsServer } from '../ops/ops-server.js';
-import { usageError } from './command-line.js';
-import { createHttpLoad } from './demo-http-load.js';
-import { createVaryingLoad } from './demo-load.js';
-import { DEMO_STREAMS } from './demo-plan.js';
-import { startDemoUpstream } from './demo-upstream.js';
-import { createParentClients } from './parent-clients.js';
-import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { createGlobalLimiter } from '../../global/global-limiter.js';
+import { addLimiterMetrics } from '../../ops/limiter-metrics.js';
+import { createLogger, logListening } from '../../ops/logger.js';
+import { createMetrics } from '../../ops/metrics.js';
+import { startOpsServer } from '../../ops/ops-server.js';
+import { usageError } from '../command-line.js';
+import { createParentClients } from '../parent-clients.js';
+import { shutdownWithin, waitForShutdown } from '../process-lifecycle.js';
+import { createHttpLoad } from './http-load.js';
+import { createVaryingLoad } from './load.js';
+import { DEMO_STREAMS } from './plan.js';
+import { startDemoUpstream } from './upstream.js';
 
 /**
  * The demo's own processes, started by `spillway demo` as `spillway demo --worker <role> --spec

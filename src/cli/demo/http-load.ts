@@ -1,6 +1,6 @@
 import { Agent, request } from 'node:http';
-import { createVaryingLoad, type VaryingLoad } from './demo-load.js';
-import type { DemoStream } from './demo-plan.js';
+import { createVaryingLoad, type VaryingLoad } from './load.js';
+import type { DemoStream } from './plan.js';
 
 /** Responses by outcome since the start; `skipped`: not sent because too many were in flight. */
 export interface HttpLoadCounts {

@@ -1,8 +1,4 @@
-/**
- * Receivers refuse a report whose `acknowledged_by` is longer than this (as they do a reporter id
- * that long): the protocol's bound on ids.
- */
-export const MAX_ACKNOWLEDGED_BY_BYTES = 256;
+import { MAX_ACKNOWLEDGED_BY_BYTES } from './report-bounds.js';
 
 /**
  * A reply's `responder_id` as the sender's next report names it in `acknowledged_by`. An id a

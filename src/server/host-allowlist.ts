@@ -1,5 +1,5 @@
 import { isIP } from 'node:net';
-import { ErrorCode, SpillwayError } from './errors.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
 
 export interface HostAllowlistOptions {
   /** The host the server listens on, as given to `listen` (`127.0.0.1`, `::1`, `0.0.0.0`, a name). */

@@ -1,8 +1,13 @@
-import { MAX_ACKNOWLEDGED_BY_BYTES } from '../core/acknowledging-id.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
-import { MAX_REPORT_WINDOW_MS } from '../core/report-window.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
 import { hostsSpokenFor } from './hosts-spoken-for.js';
+import {
+  MAX_ACKNOWLEDGED_BY_BYTES,
+  MAX_REPORT_WINDOW_MS,
+  RECEIVER_MAX_BUCKETS_PER_REPORT,
+  RECEIVER_MAX_KEY_BYTES,
+  RECEIVER_MAX_RATE_PER_SEC,
+} from './report-bounds.js';
 
 /** Bounds a receiver enforces on every report before it touches any state. */
 export interface ReportLimits {
@@ -26,31 +31,21 @@ export interface ReportLimits {
   epsilon?: number;
 }
 
-export const DEFAULT_MAX_BUCKETS_PER_REPORT = 10_000;
-export const DEFAULT_MAX_REPORT_KEY_BYTES = 256;
-export const DEFAULT_MAX_WINDOW_MS = MAX_REPORT_WINDOW_MS;
-/**
- * Fastest rate a report may claim for a bucket (count over window): a trillion a second, far above
- * any fleet. A finite count over a short window can otherwise be an infinite rate, which turns the
- * receiver's sums into `Infinity` and then `NaN` (a drop ratio of 1, then 0, for everyone).
- */
-export const DEFAULT_MAX_RATE_PER_SEC = 1e12;
-
 /**
  * Throws SpillwayError ERR_SPILLWAY_INVALID_REPORT (details: `field`, and `bucket` / `index` for a
  * bucket's field) unless the report is well-formed. Receivers call it first, so a hostile report
  * changes nothing. Cost: one pass over the buckets and one Set of their keys.
  */
 export function validateReport(request: ReportRequest, limits: ReportLimits = {}): void {
-  const maxIdBytes = limits.maxReporterIdBytes ?? DEFAULT_MAX_REPORT_KEY_BYTES;
-  const maxKeyBytes = limits.maxBucketKeyBytes ?? DEFAULT_MAX_REPORT_KEY_BYTES;
-  const maxBuckets = limits.maxBucketsPerReport ?? DEFAULT_MAX_BUCKETS_PER_REPORT;
-  const maxWindowMs = limits.maxWindowMs ?? DEFAULT_MAX_WINDOW_MS;
+  const maxIdBytes = limits.maxReporterIdBytes ?? RECEIVER_MAX_KEY_BYTES;
+  const maxKeyBytes = limits.maxBucketKeyBytes ?? RECEIVER_MAX_KEY_BYTES;
+  const maxBuckets = limits.maxBucketsPerReport ?? RECEIVER_MAX_BUCKETS_PER_REPORT;
+  const maxWindowMs = limits.maxWindowMs ?? MAX_REPORT_WINDOW_MS;
   const epsilon = limits.epsilon ?? 1e-6;
   // Per host the report speaks for: an aggregator's sum of honest hosts stays under it.
   // (`hostsSpokenFor`: a host's own claim of many hosts is not believed).
   const maxRatePerSec =
-    (limits.maxRatePerSec ?? DEFAULT_MAX_RATE_PER_SEC) * Math.max(1, hostsSpokenFor(request));
+    (limits.maxRatePerSec ?? RECEIVER_MAX_RATE_PER_SEC) * Math.max(1, hostsSpokenFor(request));
 
   const id = request.reporterId;
   if (typeof id !== 'string' || id.length === 0) fail('reporterId', 'reporterId must be non-empty');

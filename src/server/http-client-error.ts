@@ -1,6 +1,6 @@
 import { type IncomingMessage, maxHeaderSize, type Server, type ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { ErrorCode, SpillwayError } from './errors.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { type RawResponse, writeRawResponse } from './raw-response.js';
 
 /**

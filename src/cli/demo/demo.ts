@@ -2,7 +2,7 @@ import { randomBytes } from 'node:crypto';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import type { DashboardView } from '../dashboard/dashboard-view.js';
+import type { DashboardView } from '../../dashboard/dashboard-view.js';
 import {
   type CommandSpec,
   type FlagValues,
@@ -12,12 +12,12 @@ import {
   runCommand,
   stringFlag,
   usageError,
-} from './command-line.js';
-import type { HttpLoadCounts } from './demo-http-load.js';
-import { DEMO_CYCLE_S, DEMO_STREAMS, demoLimitsYaml, demoPhase, demoProxyRulesYaml } from './demo-plan.js';
-import { createDemoProcessGroup, type DemoChild } from './demo-processes.js';
-import { formatDemoSummary } from './demo-summary.js';
-import { runDemoWorker } from './demo-worker.js';
+} from '../command-line.js';
+import type { HttpLoadCounts } from './http-load.js';
+import { DEMO_CYCLE_S, DEMO_STREAMS, demoLimitsYaml, demoPhase, demoProxyRulesYaml } from './plan.js';
+import { createDemoProcessGroup, type DemoChild } from './processes.js';
+import { formatDemoSummary } from './summary.js';
+import { runDemoWorker } from './worker.js';
 
 export const spec: CommandSpec = {
   name: 'demo',
@@ -353,7 +353,7 @@ async function runDemo(values: FlagValues): Promise<number> {
   }
 }
 
-/** Arguments that start one of the demo's own processes (src/cli/demo-worker.ts). */
+/** Arguments that start one of the demo's own processes (src/cli/demo/worker.ts). */
 function worker(role: string, workerSpec: object): string[] {
   return ['demo', '--worker', role, '--spec', JSON.stringify(workerSpec)];
 }

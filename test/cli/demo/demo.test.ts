@@ -3,7 +3,7 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
-import { REPO_ROOT, spawnSpillwayRaw, waitFor } from '../integration/spillway-process.js';
+import { REPO_ROOT, spawnSpillwayRaw, waitFor } from '../../integration/spillway-process.js';
 
 // `spillway demo` end to end, from source: it starts its whole cluster (sidecar proxies and HTTP
 // load by default, or in-memory hosts), prints the dashboard URL and live summary tables, and leaves

@@ -1,4 +1,4 @@
-import type { DashboardView } from '../dashboard/dashboard-view.js';
+import type { DashboardView } from '../../dashboard/dashboard-view.js';
 
 /**
  * The table `spillway demo` prints every few seconds, from the controller's `/api/snapshot`: per

@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
-import { selectBusiest } from '../../src/core/select-busiest.js';
+import { selectBusiest } from '../../src/control/select-busiest.js';
 
 describe('selectBusiest', () => {
   it('keeps the max heaviest in their original order; ties at the cut go to the earliest', () => {

@@ -1,7 +1,7 @@
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { formatHostPort } from '../core/host-port.js';
-import type { Logger } from '../ops/logger.js';
+import type { Logger } from '../../ops/logger.js';
+import { formatHostPort } from '../../protocol/host-port.js';
 
 /**
  * The service the demo's sidecar proxies front: answers every request with a small JSON body at
