@@ -1,6 +1,6 @@
-import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { parseLimitsConfig } from '../config/limits-config.js';
+import { readConfigFile } from '../config/read-config-file.js';
 import { createController } from '../control/controller.js';
 import { createAutoTuner } from '../control/tuning/auto-tuner.js';
 import type { HistoryStore } from '../control/tuning/history-store.js';
@@ -8,7 +8,7 @@ import { createPeakRecorder, type PeakRecorder } from '../control/tuning/peak-re
 import { createSqliteHistoryStore } from '../control/tuning/sqlite-history-store.js';
 import { createTuningSuggestions } from '../control/tuning/tuning-suggestions.js';
 import { systemScheduler } from '../core/clock.js';
-import { ErrorCode, SpillwayError } from '../core/errors.js';
+import type { SpillwayError } from '../core/errors.js';
 import { createAdminActions } from '../dashboard/admin-actions.js';
 import { createAdminOverrides } from '../dashboard/admin-overrides.js';
 import { MIN_ADMIN_TOKEN_LENGTH } from '../dashboard/admin-token.js';
@@ -222,7 +222,7 @@ export function run(argv: string[]): Promise<number> {
     const zoneTokens = await readZoneTokens(values, authToken);
     const tls = await readServerTls(values, { caIsForClients: true });
     const reporterCap = reporterCapFromFlags(values);
-    const configText = await readConfigText(configPath);
+    const configText = await readConfigFile(configPath, { kind: 'limits file' });
     // What the file says, with the dashboard's admin overrides on top: what the controller runs.
     const overrides = createAdminOverrides(parseLimitsConfig(configText, configPath));
     let dashboard: DashboardServer | undefined;
@@ -271,7 +271,7 @@ export function run(argv: string[]): Promise<number> {
       }
       reloading = (async () => {
         try {
-          const text = await readConfigText(configPath);
+          const text = await readConfigFile(configPath, { kind: 'limits file' });
           // The watcher reports every change in the file's directory (editors fire several events
           // per save; a log or history file beside it, many a second): text already tried is not a
           // reload. Compared with the last attempt, not the last success, so a file put back as it
@@ -394,17 +394,4 @@ export function run(argv: string[]): Promise<number> {
     });
     return 0;
   });
-}
-
-async function readConfigText(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${path}: cannot read limits file: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
-  }
 }

@@ -1,6 +1,6 @@
-import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
+import { readConfigFile } from '../config/read-config-file.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createProxyBackend } from '../http/proxy/proxy-backend.js';
 import { startProxyServer } from '../http/proxy/proxy-server.js';
@@ -104,7 +104,7 @@ export function run(argv: string[]): Promise<number> {
       reloadOnSignal();
       return true;
     });
-    const configText = await readRulesText(configPath);
+    const configText = await readConfigFile(configPath, { kind: 'rules file' });
     let rules = parseProxyRules(configText, configPath);
 
     const metrics = createMetrics({ component: 'proxy', id });
@@ -167,7 +167,7 @@ export function run(argv: string[]): Promise<number> {
       }
       reloading = (async () => {
         try {
-          const text = await readRulesText(configPath);
+          const text = await readConfigFile(configPath, { kind: 'rules file' });
           // The watcher reports every change in the file's directory (editors fire several events
           // per save; a log file beside it, many a second): text already tried is not a reload.
           // Compared with the last attempt, not the last success, so a file put back as it was after
@@ -282,17 +282,4 @@ export function run(argv: string[]): Promise<number> {
     });
     return 0;
   });
-}
-
-async function readRulesText(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${path}: cannot read rules file: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
-  }
 }

@@ -1,5 +1,4 @@
-import { readFile } from 'node:fs/promises';
-import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { readConfigBytes, readConfigFile } from '../config/read-config-file.js';
 import type { GrpcClientTlsOptions } from '../transport/grpc-control-client.js';
 import {
   type GrpcServerTlsOptions,
@@ -69,16 +68,7 @@ export const TLS_CA_FLAG: Record<string, FlagSpec> = {
 async function readPem(values: FlagValues, flag: string): Promise<Buffer | undefined> {
   const path = stringFlag(values, flag);
   if (path === undefined) return undefined;
-  try {
-    return await readFile(path);
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `--${flag}: cannot read ${path}: ${(error as Error).message}`,
-      { flag, file: path },
-      { cause: error },
-    );
-  }
+  return readConfigBytes(path, { flag });
 }
 
 /** --auth-token-file (first line, trimmed), else $SPILLWAY_AUTH_TOKEN, else undefined. */
@@ -144,17 +134,7 @@ export async function readZoneTokens(
 
 /** The first line of a token file, trimmed; a missing file or an empty first line is an error. */
 async function readTokenFile(flag: string, path: string): Promise<string> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `--${flag}: cannot read ${path}: ${(error as Error).message}`,
-      { flag, file: path },
-      { cause: error },
-    );
-  }
+  const text = await readConfigFile(path, { flag });
   const token = (text.split(/\r?\n/)[0] ?? '').trim();
   if (token === '') throw usageError(`--${flag}: ${path} holds no token`, { flag });
   return token;

@@ -1,7 +1,6 @@
-import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
-import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { describeZodIssue, formatConfigPath, type LocatedIssue, parseLocatedYaml } from './located-yaml.js';
+import { readConfigFile } from './read-config-file.js';
 
 export { formatConfigPath };
 
@@ -230,16 +229,5 @@ export function parseLimitsConfig(text: string, fileName = '<limits>'): LimitsCo
 
 /** Read and parse a limits file. File-system failures become ERR_SPILLWAY_INVALID_CONFIG too. */
 export async function loadLimitsConfig(path: string): Promise<LimitsConfig> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${path}: cannot read limits file: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
-  }
-  return parseLimitsConfig(text, path);
+  return parseLimitsConfig(await readConfigFile(path, { kind: 'limits file' }), path);
 }

@@ -3,6 +3,7 @@ import { readFile, realpath, rename, stat, unlink, writeFile } from 'node:fs/pro
 import { basename, dirname, join } from 'node:path';
 import { isMap, isScalar, isSeq, parseDocument, Scalar } from 'yaml';
 import { type LimitsConfig, parseLimitsConfig } from '../../config/limits-config.js';
+import { readingConfigFile } from '../../config/read-config-file.js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../../core/errors.js';
 
 /** A new limit for the exact-key rule `bucket`. */
@@ -57,19 +58,10 @@ export function updateLimitsText(
  * the next run starts from the edited file.
  */
 export async function writeLimitsFile(path: string, changes: readonly LimitChange[]): Promise<LimitsConfig> {
-  let text: string;
-  let target: string;
-  try {
-    target = await realpath(path);
-    text = await readFile(target, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${path}: cannot read limits file: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
-  }
+  const { target, text } = await readingConfigFile(path, { kind: 'limits file' }, async () => {
+    const target = await realpath(path);
+    return { target, text: await readFile(target, 'utf8') };
+  });
   const { text: updated, config } = updateLimitsText(text, changes, path);
   if (updated === text) return config;
   const mode = (await stat(target)).mode & 0o777;

@@ -1,7 +1,6 @@
-import { readFile } from 'node:fs/promises';
 import { z } from 'zod';
 import { type LocatedIssue, parseLocatedYaml } from '../../config/located-yaml.js';
-import { ErrorCode, SpillwayError } from '../../core/errors.js';
+import { readConfigFile } from '../../config/read-config-file.js';
 import type { ClientAddressOptions } from '../client-address.js';
 import { createClientAddressResolver } from '../client-address.js';
 import { POLICY_NAME_PATTERN, type RateLimitPolicy } from '../rate-limit-headers.js';
@@ -259,18 +258,7 @@ export function parseProxyRules(text: string, fileName = '<rules>'): ProxyRules 
 }
 
 export async function loadProxyRules(path: string): Promise<ProxyRules> {
-  let text: string;
-  try {
-    text = await readFile(path, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${path}: cannot read rules file: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
-  }
-  return parseProxyRules(text, path);
+  return parseProxyRules(await readConfigFile(path, { kind: 'rules file' }), path);
 }
 
 type RawRules = z.output<typeof rulesSchema>;
