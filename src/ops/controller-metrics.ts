@@ -1,23 +1,22 @@
 import type { ControllerSnapshot } from '../control/controller.js';
-import { selectBusiest } from '../control/select-busiest.js';
-import { TIER_NAMES, tierName } from '../control/tier-name.js';
+import { tierName } from '../control/tier-name.js';
 import { DEFAULT_MAX_BUCKET_SERIES } from './limiter-metrics.js';
 import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
+import {
+  type BusiestExported,
+  bucketSeries,
+  bucketSeriesOmitted,
+  exportBusiest,
+  reportIntakeSeries,
+  scalarSeries,
+  summedRateSeries,
+} from './snapshot-series.js';
 
-/** The snapshot with `buckets` cut to the exported ones (see `addControllerMetrics`). */
-type Exported = ControllerSnapshot & { bucketCount: number; omittedBuckets: number };
+type Exported = BusiestExported<ControllerSnapshot>;
 type Definition = SnapshotMetricDefinition<Exported>;
 type Bucket = ControllerSnapshot['buckets'][number];
 
-function perBucket(name: string, help: string, value: (b: Bucket) => number): Definition {
-  return {
-    name,
-    help,
-    type: 'gauge',
-    labelNames: ['bucket'],
-    samples: (s) => s.buckets.map((b): Sample => [{ bucket: b.key }, value(b)]),
-  };
-}
+const perBucket = bucketSeries((s: Exported) => s.buckets);
 
 function perZone(
   name: string,
@@ -36,15 +35,6 @@ function perZone(
   };
 }
 
-function single(
-  name: string,
-  help: string,
-  type: Definition['type'],
-  value: (s: Exported) => number,
-): Definition {
-  return { name, help, type, samples: (s) => [[{}, value(s)]] };
-}
-
 /**
  * Exports a controller's view through `metrics`, read from `controller.snapshot()` at scrape time:
  * per bucket the fleet-wide rates it computed ratios from (as of its last tick), the ratio, the
@@ -55,173 +45,128 @@ export function addControllerMetrics(
   controller: { snapshot(): ControllerSnapshot },
   { maxBucketSeries = DEFAULT_MAX_BUCKET_SERIES }: { maxBucketSeries?: number } = {},
 ): void {
-  metrics.addSnapshotMetrics((): Exported => {
-    // A template's instances are keys clients choose: the busiest `maxBucketSeries` buckets get
-    // series, the rest are counted.
-    const snapshot = controller.snapshot();
-    const buckets = selectBusiest(snapshot.buckets, maxBucketSeries, (b) => b.offeredRps);
-    return {
-      ...snapshot,
-      buckets,
-      bucketCount: snapshot.buckets.length,
-      omittedBuckets: snapshot.buckets.length - buckets.length,
-    };
-  }, [
-    perBucket(
-      'spillway_controller_offered_rps',
-      'Offered rate summed over fresh children at the last tick.',
-      (b) => b.offeredRps,
-    ),
-    perBucket(
-      'spillway_controller_admitted_rps',
-      'Admitted rate summed over fresh children at the last tick.',
-      (b) => b.admittedRps,
-    ),
-    perBucket(
-      'spillway_controller_would_drop_rps',
-      'Shadow would-drop rate summed over fresh children.',
-      (b) => b.wouldDropRps,
-    ),
-    perBucket(
-      'spillway_controller_drop_ratio',
-      'Drop ratio sent in directives (zone scope: the highest zone ratio).',
-      (b) => b.dropRatio,
-    ),
-    perBucket('spillway_controller_limit_rps', 'Configured limit of the bucket.', (b) => b.limitRps),
-    perBucket(
-      'spillway_controller_bucket_shadow',
-      '1 when the bucket is in shadow mode, 0 when enforcing.',
-      (b) => (b.mode === 'shadow' ? 1 : 0),
-    ),
-    perBucket(
-      'spillway_controller_bucket_children',
-      'Fresh children that reported the bucket at the last tick.',
-      (b) => b.children,
-    ),
-    perZone(
-      'spillway_controller_zone_offered_rps',
-      'Zone-scoped buckets: offered rate in the zone.',
-      (z) => z.offeredRps,
-    ),
-    perZone(
-      'spillway_controller_zone_admitted_rps',
-      'Zone-scoped buckets: admitted rate in the zone.',
-      (z) => z.admittedRps,
-    ),
-    perZone(
-      'spillway_controller_zone_drop_ratio',
-      "Zone-scoped buckets: the zone's drop ratio.",
-      (z) => z.dropRatio,
-    ),
-    {
-      name: 'spillway_controller_children',
-      help: 'Children (hosts or aggregators) tracked, by tier.',
-      type: 'gauge',
-      labelNames: ['tier'],
-      samples: (s) => {
-        const byTier = new Map<string, number>();
-        for (const c of s.children) {
-          const tier = tierName(c.tier);
-          byTier.set(tier, (byTier.get(tier) ?? 0) + 1);
-        }
-        return [...byTier].map(([tier, n]): Sample => [{ tier }, n]);
+  metrics.addSnapshotMetrics(
+    (): Exported => exportBusiest(controller.snapshot(), maxBucketSeries),
+    [
+      ...summedRateSeries<Exported>('controller', {
+        offered: 'Offered rate summed over fresh children at the last tick.',
+        admitted: 'Admitted rate summed over fresh children at the last tick.',
+        wouldDrop: 'Shadow would-drop rate summed over fresh children.',
+      }),
+      perBucket(
+        'spillway_controller_drop_ratio',
+        'Drop ratio sent in directives (zone scope: the highest zone ratio).',
+        (b) => b.dropRatio,
+      ),
+      perBucket('spillway_controller_limit_rps', 'Configured limit of the bucket.', (b) => b.limitRps),
+      perBucket(
+        'spillway_controller_bucket_shadow',
+        '1 when the bucket is in shadow mode, 0 when enforcing.',
+        (b) => (b.mode === 'shadow' ? 1 : 0),
+      ),
+      perBucket(
+        'spillway_controller_bucket_children',
+        'Fresh children that reported the bucket at the last tick.',
+        (b) => b.children,
+      ),
+      perZone(
+        'spillway_controller_zone_offered_rps',
+        'Zone-scoped buckets: offered rate in the zone.',
+        (z) => z.offeredRps,
+      ),
+      perZone(
+        'spillway_controller_zone_admitted_rps',
+        'Zone-scoped buckets: admitted rate in the zone.',
+        (z) => z.admittedRps,
+      ),
+      perZone(
+        'spillway_controller_zone_drop_ratio',
+        "Zone-scoped buckets: the zone's drop ratio.",
+        (z) => z.dropRatio,
+      ),
+      {
+        name: 'spillway_controller_children',
+        help: 'Children (hosts or aggregators) tracked, by tier.',
+        type: 'gauge',
+        labelNames: ['tier'],
+        samples: (s) => {
+          const byTier = new Map<string, number>();
+          for (const c of s.children) {
+            const tier = tierName(c.tier);
+            byTier.set(tier, (byTier.get(tier) ?? 0) + 1);
+          }
+          return [...byTier].map(([tier, n]): Sample => [{ tier }, n]);
+        },
       },
-    },
-    single(
-      'spillway_controller_hosts',
-      'Data-plane hosts the children speak for (sum of host_count).',
-      'gauge',
-      (s) => s.children.reduce((n, c) => n + c.hostCount, 0),
-    ),
-    single('spillway_controller_buckets', 'Buckets tracked.', 'gauge', (s) => s.bucketCount),
-    single(
-      'spillway_controller_bucket_series_omitted',
-      'Buckets tracked but given no per-bucket series (more than maxBucketSeries; the least offered are left out).',
-      'gauge',
-      (s) => s.omittedBuckets,
-    ),
-    single(
-      'spillway_controller_epoch',
-      "This controller generation's epoch (its start time in ms times 1024, plus 10 random bits).",
-      'gauge',
-      (s) => s.epoch,
-    ),
-    single(
-      'spillway_controller_version',
-      'Ratio computations so far in this epoch.',
-      'gauge',
-      (s) => s.version,
-    ),
-    single(
-      'spillway_controller_interval_seconds',
-      'Reporting and computing interval from the limits file.',
-      'gauge',
-      (s) => s.intervalMs / 1000,
-    ),
-    single(
-      'spillway_controller_reports_total',
-      'Reports accepted (duplicates included).',
-      'counter',
-      (s) => s.counters.reports,
-    ),
-    single(
-      'spillway_controller_duplicate_reports_total',
-      'Reports already counted (same reporter and sequence).',
-      'counter',
-      (s) => s.counters.duplicateReports,
-    ),
-    single(
-      'spillway_controller_late_reports_total',
-      'Reports left out of the sums as old: older than one already applied, or more than an interval later than their sender usually arrives (held back by a partition).',
-      'counter',
-      (s) => s.counters.lateReports,
-    ),
-    {
-      name: 'spillway_controller_rejected_reports_total',
-      help: 'Reports refused, by error code.',
-      type: 'counter',
-      labelNames: ['code'],
-      samples: (s) => Object.entries(s.counters.rejectedReports).map(([code, n]): Sample => [{ code }, n]),
-    },
-    {
-      name: 'spillway_controller_reporter_cap_clipped_total',
-      help:
-        "Children's bucket usages scaled down by the reporter cap, by the child's tier " +
-        '(counted each time a sum uses them: every tick, and every report with a stateless policy).',
-      type: 'counter',
-      labelNames: ['tier'],
-      samples: (s) => TIER_NAMES.map((tier): Sample => [{ tier }, s.counters.clippedUsages[tier] ?? 0]),
-    },
-    single(
-      'spillway_controller_unknown_buckets_total',
-      'Reported bucket entries that matched no rule.',
-      'counter',
-      (s) => s.counters.unknownBuckets,
-    ),
-    single(
-      'spillway_controller_buckets_over_capacity_total',
-      'New bucket keys refused because the bucket table was full.',
-      'counter',
-      (s) => s.counters.bucketsOverCapacity,
-    ),
-    single(
-      'spillway_controller_instances_over_capacity_total',
-      "New template instances refused by the template's maxInstances.",
-      'counter',
-      (s) => s.counters.instancesOverCapacity,
-    ),
-    single(
-      'spillway_controller_expired_children_total',
-      'Children forgotten after going silent.',
-      'counter',
-      (s) => s.counters.expiredChildren,
-    ),
-    single(
-      'spillway_controller_expired_buckets_total',
-      'Buckets forgotten after nobody reported them.',
-      'counter',
-      (s) => s.counters.expiredBuckets,
-    ),
-    single('spillway_controller_ticks_total', 'Ratio computations.', 'counter', (s) => s.counters.ticks),
-  ]);
+      scalarSeries(
+        'spillway_controller_hosts',
+        'Data-plane hosts the children speak for (sum of host_count).',
+        'gauge',
+        (s) => s.children.reduce((n, c) => n + c.hostCount, 0),
+      ),
+      scalarSeries('spillway_controller_buckets', 'Buckets tracked.', 'gauge', (s) => s.bucketCount),
+      bucketSeriesOmitted('controller'),
+      scalarSeries(
+        'spillway_controller_epoch',
+        "This controller generation's epoch (its start time in ms times 1024, plus 10 random bits).",
+        'gauge',
+        (s) => s.epoch,
+      ),
+      scalarSeries(
+        'spillway_controller_version',
+        'Ratio computations so far in this epoch.',
+        'gauge',
+        (s) => s.version,
+      ),
+      scalarSeries(
+        'spillway_controller_interval_seconds',
+        'Reporting and computing interval from the limits file.',
+        'gauge',
+        (s) => s.intervalMs / 1000,
+      ),
+      ...reportIntakeSeries<Exported>('controller', {
+        reports: 'Reports accepted (duplicates included).',
+        duplicateReports: 'Reports already counted (same reporter and sequence).',
+        reporterCapClipped:
+          "Children's bucket usages scaled down by the reporter cap, by the child's tier " +
+          '(counted each time a sum uses them: every tick, and every report with a stateless policy).',
+      }),
+      scalarSeries(
+        'spillway_controller_unknown_buckets_total',
+        'Reported bucket entries that matched no rule.',
+        'counter',
+        (s) => s.counters.unknownBuckets,
+      ),
+      scalarSeries(
+        'spillway_controller_buckets_over_capacity_total',
+        'New bucket keys refused because the bucket table was full.',
+        'counter',
+        (s) => s.counters.bucketsOverCapacity,
+      ),
+      scalarSeries(
+        'spillway_controller_instances_over_capacity_total',
+        "New template instances refused by the template's maxInstances.",
+        'counter',
+        (s) => s.counters.instancesOverCapacity,
+      ),
+      scalarSeries(
+        'spillway_controller_expired_children_total',
+        'Children forgotten after going silent.',
+        'counter',
+        (s) => s.counters.expiredChildren,
+      ),
+      scalarSeries(
+        'spillway_controller_expired_buckets_total',
+        'Buckets forgotten after nobody reported them.',
+        'counter',
+        (s) => s.counters.expiredBuckets,
+      ),
+      scalarSeries(
+        'spillway_controller_ticks_total',
+        'Ratio computations.',
+        'counter',
+        (s) => s.counters.ticks,
+      ),
+    ],
+  );
 }

@@ -1,6 +1,7 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import type { BucketSnapshot, GlobalLimiterSnapshot } from '../global/global-limiter.js';
-import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
+import type { SpillwayMetrics } from './metrics.js';
+import { bucketSeries, scalarSeries } from './snapshot-series.js';
 
 export interface LimiterMetricsOptions {
   /**
@@ -17,23 +18,8 @@ export interface LimiterMetricsOptions {
 export const DEFAULT_MAX_BUCKET_SERIES = 1_000;
 
 type Exported = GlobalLimiterSnapshot & { exported: readonly BucketSnapshot[]; omitted: number };
-type Definition = SnapshotMetricDefinition<Exported>;
 
-/** Per-bucket series from a limiter snapshot: one sample per exported bucket, labelled `bucket`. */
-function perBucket(
-  name: string,
-  help: string,
-  type: Definition['type'],
-  value: (bucket: BucketSnapshot, snapshot: GlobalLimiterSnapshot) => number,
-): Definition {
-  return {
-    name,
-    help,
-    type,
-    labelNames: ['bucket'],
-    samples: (snapshot) => snapshot.exported.map((b): Sample => [{ bucket: b.key }, value(b, snapshot)]),
-  };
-}
+const perBucket = bucketSeries((s: Exported) => s.exported);
 
 /** The buckets to export: all when within `max`, else pinned first, then by cumulative offered units. */
 function selectBuckets(buckets: readonly BucketSnapshot[], max: number): readonly BucketSnapshot[] {
@@ -43,15 +29,6 @@ function selectBuckets(buckets: readonly BucketSnapshot[], max: number): readonl
   return [...buckets]
     .sort((a, b) => Number(b.pinned) - Number(a.pinned) || b.offered - a.offered)
     .slice(0, max);
-}
-
-function single(name: string, help: string, type: Definition['type'], value: (s: Exported) => number) {
-  return {
-    name,
-    help,
-    type,
-    samples: (s: Exported): Sample[] => [[{}, value(s)]],
-  } satisfies Definition;
 }
 
 /**
@@ -79,132 +56,119 @@ export function addLimiterMetrics(
     perBucket(
       'spillway_offered_total',
       'Units that reached this host for the bucket, dropped ones included.',
-      'counter',
       (b) => b.offered,
+      'counter',
     ),
-    perBucket('spillway_admitted_total', 'Units this host let through.', 'counter', (b) => b.admitted),
+    perBucket('spillway_admitted_total', 'Units this host let through.', (b) => b.admitted, 'counter'),
     perBucket(
       'spillway_dropped_total',
       'Units this host dropped (by the drop ratio or the burst guard).',
-      'counter',
       (b) => b.dropped + b.droppedByGuard,
+      'counter',
     ),
     perBucket(
       'spillway_burst_guard_dropped_total',
       'Units dropped by the local burst guard.',
-      'counter',
       (b) => b.droppedByGuard,
+      'counter',
     ),
     perBucket(
       'spillway_burst_guard_tripped',
       "1 while the burst guard's detector has tripped and its token bucket holds this host to its allowance.",
-      'gauge',
       (b) => (b.guardTripped ? 1 : 0),
     ),
     perBucket(
       'spillway_would_drop_total',
       'Units a shadow-mode bucket would have dropped (admitted anyway).',
-      'counter',
       (b) => b.wouldDrop,
+      'counter',
     ),
-    perBucket('spillway_drop_ratio', "The held directive's drop ratio.", 'gauge', (b) => b.dropRatio),
+    perBucket('spillway_drop_ratio', "The held directive's drop ratio.", (b) => b.dropRatio),
     perBucket(
       'spillway_effective_drop_ratio',
       'The drop ratio applied now, after the stale policy.',
-      'gauge',
       (b) => b.effectiveRatio,
     ),
     perBucket(
       'spillway_limit_rps',
       "The bucket's global limit from the last directive (0 before any).",
-      'gauge',
       (b) => b.limitRps,
     ),
     perBucket(
       'spillway_global_offered_rps',
       'The fleet-wide offered rate the controller last saw for the bucket.',
-      'gauge',
       (b) => b.globalOfferedRps,
     ),
     perBucket(
       'spillway_host_offered_rps',
       "This host's offered rate in its last reported window.",
-      'gauge',
       (b) => b.hostOfferedRps,
     ),
-    perBucket(
-      'spillway_bucket_shadow',
-      '1 when the bucket is in shadow mode, 0 when enforcing.',
-      'gauge',
-      (b) => (b.mode === 'shadow' ? 1 : 0),
+    perBucket('spillway_bucket_shadow', '1 when the bucket is in shadow mode, 0 when enforcing.', (b) =>
+      b.mode === 'shadow' ? 1 : 0,
     ),
-    {
-      name: 'spillway_directive_age_seconds',
-      help: 'Time since the held directive arrived (absent before the first).',
-      type: 'gauge',
-      labelNames: ['bucket'],
-      samples: (s) =>
-        s.exported
-          .filter((b) => b.directiveAgeMs !== undefined)
-          .map((b): Sample => [{ bucket: b.key }, b.directiveAgeMs! / 1000]),
-    },
-    single(
+    perBucket(
+      'spillway_directive_age_seconds',
+      'Time since the held directive arrived (absent before the first).',
+      (b) => (b.directiveAgeMs === undefined ? undefined : b.directiveAgeMs / 1000),
+    ),
+    scalarSeries(
       'spillway_stale_directives',
       'Buckets whose directive is past its TTL (the stale policy applies).',
       'gauge',
       (s) => s.buckets.reduce((n, b) => n + (b.stale ? 1 : 0), 0),
     ),
-    single('spillway_buckets', 'Buckets held by this host.', 'gauge', (s) => s.bucketCount),
-    single('spillway_buckets_max', 'Bound on buckets held by this host.', 'gauge', (s) => s.maxBuckets),
-    single(
+    scalarSeries('spillway_buckets', 'Buckets held by this host.', 'gauge', (s) => s.bucketCount),
+    scalarSeries('spillway_buckets_max', 'Bound on buckets held by this host.', 'gauge', (s) => s.maxBuckets),
+    scalarSeries(
       'spillway_bucket_series_omitted',
       'Buckets held but given no per-bucket series (more than maxBucketSeries; the least offered are left out).',
       'gauge',
       (s) => s.omitted,
     ),
-    single(
+    scalarSeries(
       'spillway_buckets_expired_total',
       'Buckets expired for idleness.',
       'counter',
       (s) => s.bucketsExpired,
     ),
-    single(
+    scalarSeries(
       'spillway_overflow_offered_total',
       'Units decided by the overflow bucket (new keys while the bucket table was full).',
       'counter',
       (s) => s.overflowOffered,
     ),
-    single(
+    scalarSeries(
       'spillway_reporter_consecutive_failures',
       'Reports failed in a row (0 when the last succeeded).',
       'gauge',
       (s) => s.reporter.consecutiveFailures,
     ),
-    single(
+    scalarSeries(
       'spillway_reporter_failovers_total',
       'Times a failed report moved reporting to the next parent.',
       'counter',
       (s) => s.reporter.failovers,
     ),
-    single(
+    scalarSeries(
       'spillway_reports_skipped_in_flight_total',
       'Report ticks skipped because the previous report was still in flight.',
       'counter',
       (s) => s.reporter.reportsSkippedInFlight,
     ),
-    single(
+    scalarSeries(
       'spillway_reports_on_reconnect_total',
       "Reports sent at once when a parent's connection came back after reports failed.",
       'counter',
       (s) => s.reporter.reportsOnReconnect,
     ),
-    single(
+    scalarSeries(
       'spillway_directives_applied_total',
       'Directives applied from replies.',
       'counter',
       (s) => s.reporter.directivesApplied,
     ),
-    single(
+    scalarSeries(
       'spillway_report_interval_seconds',
       'The reporting interval in use.',
       'gauge',
@@ -219,7 +183,7 @@ export function addLimiterMetrics(
           ? []
           : [[{}, (s.takenAtMs - s.reporter.lastSuccessAtMs) / 1000]],
     },
-    single(
+    scalarSeries(
       'spillway_directive_epoch',
       'Controller epoch of the last reply (0 before any).',
       'gauge',

@@ -145,31 +145,28 @@ export function createMetrics(options: MetricsOptions): SpillwayMetrics {
         return cached.snapshot;
       };
       for (const definition of definitions) {
-        const labelNames = [...(definition.labelNames ?? [])];
+        const series = {
+          name: definition.name,
+          help: definition.help,
+          labelNames: [...(definition.labelNames ?? [])],
+          registers: [registry],
+        };
+        const samples = () => definition.samples(current());
         if (definition.type === 'counter') {
           new Counter({
-            name: definition.name,
-            help: definition.help,
-            labelNames,
-            registers: [registry],
+            ...series,
             collect() {
               this.reset();
-              for (const [labels, value] of definition.samples(current())) {
+              for (const [labels, value] of samples())
                 this.inc(labels, Number.isFinite(value) && value > 0 ? value : 0);
-              }
             },
           });
         } else {
           new Gauge({
-            name: definition.name,
-            help: definition.help,
-            labelNames,
-            registers: [registry],
+            ...series,
             collect() {
               this.reset();
-              for (const [labels, value] of definition.samples(current())) {
-                if (Number.isFinite(value)) this.set(labels, value);
-              }
+              for (const [labels, value] of samples()) if (Number.isFinite(value)) this.set(labels, value);
             },
           });
         }
