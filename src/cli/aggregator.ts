@@ -1,12 +1,10 @@
 import { hostname } from 'node:os';
 import { type ChildTier, createAggregator } from '../control/aggregator.js';
 import { addAggregatorMetrics } from '../ops/aggregator-metrics.js';
-import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
-import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
+import { logListening } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { startGrpcControlServer } from '../transport/grpc-control-server.js';
-import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
+import { OPS_ALLOWED_HOST_FLAGS, opsEndpointFromFlags } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
@@ -18,8 +16,10 @@ import {
   stringFlag,
   usageError,
 } from './command-line.js';
+import { LOG_LEVEL_FLAG, loggerFromFlags } from './log-level-flag.js';
 import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { serveReports } from './report-server.js';
 import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
 import {
   AUTH_TOKEN_FLAGS,
@@ -113,12 +113,7 @@ export const spec: CommandSpec = {
       description: 'per-forward deadline',
       defaultText: 'half the interval',
     },
-    'log-level': {
-      type: 'string',
-      valueName: 'level',
-      description: 'fatal|error|warn|info|debug|trace|silent',
-      defaultText: 'info',
-    },
+    ...LOG_LEVEL_FLAG,
     ...AUTH_TOKEN_FLAGS,
     ...TLS_SERVER_FLAGS,
     ...TLS_CLIENT_FLAGS,
@@ -137,18 +132,13 @@ export function run(argv: string[]): Promise<number> {
     const zone = stringFlag(values, 'zone')!;
     const parents = parseTargets('parent', listFlag(values, 'parent'));
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7071');
-    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9091');
-    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
+    const ops = opsEndpointFromFlags(values, '127.0.0.1:9091');
     const id = stringFlag(values, 'id') ?? `aggregator-${zone}-${hostname()}-${process.pid}`;
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 100 });
     const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
       ? numberFlag(values, 'report-timeout-ms', 0, { min: 1 })
       : undefined;
-    const logger = createLogger({
-      component: 'aggregator',
-      id,
-      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
-    });
+    const logger = loggerFromFlags(values, 'aggregator', id);
     const authToken = await readAuthToken(values);
     const serverTls = await readServerTls(values);
     const clientTls = await readClientTls(values);
@@ -194,22 +184,16 @@ export function run(argv: string[]): Promise<number> {
       logger,
     });
     addAggregatorMetrics(metrics, aggregator, { maxBucketSeries });
-    const server = await startGrpcControlServer({
+    const server = await serveReports(aggregator, {
       host: listen.host,
       port: listen.port,
-      handler: instrumentReportHandler(aggregator.handleReport, metrics),
       authToken: childToken,
       ...(serverTls ? { tls: serverTls } : {}),
-      onRefused: ({ result, code }) => {
-        metrics.countReportRefused(result);
-        if (code !== undefined) aggregator.countRefusal(code);
-      },
-      onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
+      metrics,
+      logger,
     });
     const opsServer = await startOpsServer({
-      host: ops.host,
-      port: ops.port,
-      allowedHosts: opsAllowedHosts,
+      ...ops,
       registry: metrics.registry,
       // Hosts are answered from the directive cache whether or not a parent answers (fail open), so
       // the process is healthy either way; the details show how the upstream side is doing.

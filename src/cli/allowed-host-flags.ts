@@ -1,5 +1,12 @@
 import { allowedHostProblem } from '../server/host-allowlist.js';
-import { type FlagSpec, type FlagValues, listFlag, usageError } from './command-line.js';
+import {
+  type FlagSpec,
+  type FlagValues,
+  listFlag,
+  parseHostPort,
+  stringFlag,
+  usageError,
+} from './command-line.js';
 
 /** The ops endpoint's extra names (controller, aggregator, proxy, host); see server/host-allowlist.ts. */
 export const OPS_ALLOWED_HOST_FLAGS: Record<string, FlagSpec> = {
@@ -27,4 +34,17 @@ export function allowedHostsFromFlag(values: FlagValues, flag: string): string[]
     if (problem !== undefined) throw usageError(`--${flag}: ${problem}`, { flag });
   }
   return hosts;
+}
+
+/** Where the ops endpoint listens and the names it answers to: what `startOpsServer` takes of them. */
+export interface OpsEndpoint {
+  host: string;
+  port: number;
+  allowedHosts: string[];
+}
+
+/** `--ops` (else `defaultAddress`) and `--ops-allowed-host`, checked in that order. */
+export function opsEndpointFromFlags(values: FlagValues, defaultAddress: string): OpsEndpoint {
+  const { host, port } = parseHostPort('ops', stringFlag(values, 'ops') ?? defaultAddress);
+  return { host, port, allowedHosts: allowedHostsFromFlag(values, 'ops-allowed-host') };
 }

@@ -8,20 +8,17 @@ import { createPeakRecorder, type PeakRecorder } from '../control/tuning/peak-re
 import { createSqliteHistoryStore } from '../control/tuning/sqlite-history-store.js';
 import { createTuningSuggestions } from '../control/tuning/tuning-suggestions.js';
 import { systemScheduler } from '../core/clock.js';
-import type { SpillwayError } from '../core/errors.js';
 import { createAdminActions } from '../dashboard/admin-actions.js';
 import { createAdminOverrides } from '../dashboard/admin-overrides.js';
 import { MIN_ADMIN_TOKEN_LENGTH } from '../dashboard/admin-token.js';
 import { type DashboardServer, startDashboardServer } from '../dashboard/dashboard-server.js';
 import { observeTimers } from '../dashboard/tick-observer.js';
 import { addControllerMetrics } from '../ops/controller-metrics.js';
-import { instrumentReportHandler } from '../ops/instrument-report-handler.js';
-import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
+import { logListening } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createReloadMetrics } from '../ops/reload-metrics.js';
-import { startGrpcControlServer } from '../transport/grpc-control-server.js';
-import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
+import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS, opsEndpointFromFlags } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
@@ -31,8 +28,10 @@ import {
   stringFlag,
   usageError,
 } from './command-line.js';
-import { watchFile } from './file-watcher.js';
-import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { ConfigReloader } from './config-reloader.js';
+import { LOG_LEVEL_FLAG, loggerFromFlags } from './log-level-flag.js';
+import { shutdownWithin, waitForShutdownOrReload } from './process-lifecycle.js';
+import { serveReports } from './report-server.js';
 import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
 import {
   AUTH_TOKEN_FLAGS,
@@ -119,12 +118,7 @@ export const spec: CommandSpec = {
       description: 'responder identity in replies',
       defaultText: 'controller-<hostname>',
     },
-    'log-level': {
-      type: 'string',
-      valueName: 'level',
-      description: 'fatal|error|warn|info|debug|trace|silent',
-      defaultText: 'info',
-    },
+    ...LOG_LEVEL_FLAG,
     ...AUTH_TOKEN_FLAGS,
     ...ZONE_TOKEN_FLAGS,
     ...TLS_SERVER_FLAGS,
@@ -146,16 +140,12 @@ export const spec: CommandSpec = {
   ],
 };
 
-/** What asked for a reload: the signal, the file watcher, or the auto tuner's rewrite. */
-type ReloadTrigger = 'SIGHUP' | 'file' | 'tune';
-
 export function run(argv: string[]): Promise<number> {
   return runCommand(spec, argv, async (values) => {
     const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const configPath = stringFlag(values, 'config')!;
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7070');
-    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9090');
-    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
+    const ops = opsEndpointFromFlags(values, '127.0.0.1:9090');
     const id = stringFlag(values, 'id') ?? `controller-${hostname()}`;
     const dashboardAt = stringFlag(values, 'dashboard');
     const dashboardAddress = dashboardAt === undefined ? undefined : parseHostPort('dashboard', dashboardAt);
@@ -205,18 +195,8 @@ export function run(argv: string[]): Promise<number> {
         flag: 'auto-tune',
       });
     }
-    const logger = createLogger({
-      component: 'controller',
-      id,
-      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
-    });
-    // Signals first: a SIGHUP before the limits are loaded must not end the process.
-    let reloadOnSignal: (() => void) | undefined;
-    const stopRequested = waitForShutdown(logger, () => {
-      if (reloadOnSignal === undefined) return false;
-      reloadOnSignal();
-      return true;
-    });
+    const logger = loggerFromFlags(values, 'controller', id);
+    const shutdown = waitForShutdownOrReload(logger);
 
     const authToken = await readAuthToken(values);
     const zoneTokens = await readZoneTokens(values, authToken);
@@ -254,75 +234,33 @@ export function run(argv: string[]): Promise<number> {
     const metrics = createMetrics({ component: 'controller', id });
     addControllerMetrics(metrics, controller, { maxBucketSeries });
     const reloads = createReloadMetrics(metrics.registry, 'spillway_config');
-    let lastReloadError: string | undefined;
-    /** The text of the last reload attempted (or the start's): the watcher's events re-read the file. */
-    let attemptedText = configText;
+    const reloader = new ConfigReloader({
+      path: configPath,
+      holds: 'limits',
+      text: configText,
+      logger,
+      apply: (text) => {
+        const config = parseLimitsConfig(text, configPath);
+        const { dropped } = overrides.replaceFile(config);
+        controller.updateConfig(overrides.effective());
+        if (dropped.length > 0)
+          logger.warn({ rules: dropped }, 'admin overrides dropped: their rules left the limits file');
+        return { buckets: config.buckets.length };
+      },
+      count: (result) => reloads.reloaded(result),
+    });
 
-    /**
-     * Reloads one at a time; a change during a reload triggers one more after it, as a SIGHUP if
-     * any queued trigger was one (a SIGHUP reloads even an unchanged file).
-     */
-    let reloading: Promise<void> | undefined;
-    let queuedTrigger: ReloadTrigger | undefined;
-    const reload = (trigger: ReloadTrigger) => {
-      if (reloading) {
-        queuedTrigger = queuedTrigger === 'SIGHUP' ? 'SIGHUP' : trigger;
-        return;
-      }
-      reloading = (async () => {
-        try {
-          const text = await readConfigFile(configPath, { kind: 'limits file' });
-          // The watcher reports every change in the file's directory (editors fire several events
-          // per save; a log or history file beside it, many a second): text already tried is not a
-          // reload. Compared with the last attempt, not the last success, so a file put back as it
-          // was after a failed edit loads again (an ok reload, which clears /healthz's error) while
-          // a broken file is tried once, not on every write beside it.
-          if (trigger !== 'SIGHUP' && text === attemptedText) return;
-          attemptedText = text;
-          const config = parseLimitsConfig(text, configPath);
-          const { dropped } = overrides.replaceFile(config);
-          controller.updateConfig(overrides.effective());
-          if (dropped.length > 0)
-            logger.warn({ rules: dropped }, 'admin overrides dropped: their rules left the limits file');
-          lastReloadError = undefined;
-          reloads.reloaded('ok');
-          logger.info({ trigger, file: configPath, buckets: config.buckets.length }, 'limits reloaded');
-        } catch (error) {
-          const message = error instanceof Error ? error.message : String(error);
-          // The same failure again (an unreadable file, on every event beside it) is not news.
-          if (trigger !== 'SIGHUP' && message === lastReloadError) return;
-          lastReloadError = message;
-          reloads.reloaded('error');
-          logger.error(
-            { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },
-            'limits reload failed; the previous limits stay in force',
-          );
-        } finally {
-          reloading = undefined;
-          const next = queuedTrigger;
-          queuedTrigger = undefined;
-          if (next !== undefined) reload(next);
-        }
-      })();
-    };
-
-    const server = await startGrpcControlServer({
+    const server = await serveReports(controller, {
       host: listen.host,
       port: listen.port,
-      handler: instrumentReportHandler(controller.handleReport, metrics),
       authToken,
       zoneTokens,
       ...(tls ? { tls } : {}),
-      onRefused: ({ result, code }) => {
-        metrics.countReportRefused(result);
-        if (code !== undefined) controller.countRefusal(code);
-      },
-      onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'report handler failed'),
+      metrics,
+      logger,
     });
     const opsServer = await startOpsServer({
-      host: ops.host,
-      port: ops.port,
-      allowedHosts: opsAllowedHosts,
+      ...ops,
       registry: metrics.registry,
       health: () => {
         // Counts only: a probe every few seconds must not copy 100,000 buckets.
@@ -333,7 +271,7 @@ export function run(argv: string[]): Promise<number> {
           version: snapshot.version,
           buckets: snapshot.bucketsTotal,
           children: snapshot.childrenTotal,
-          lastReloadError: lastReloadError ?? null,
+          lastReloadError: reloader.lastError ?? null,
           adminOverrides: overrides.rules().filter((r) => r.override !== undefined).length,
         };
       },
@@ -359,16 +297,10 @@ export function run(argv: string[]): Promise<number> {
     controller.start();
     const autoTuner =
       history && autoTune
-        ? createAutoTuner({ store: history, configPath, logger, onApplied: () => reload('tune') })
+        ? createAutoTuner({ store: history, configPath, logger, onApplied: () => reloader.reload('tune') })
         : undefined;
     autoTuner?.start();
-    const watcher = watchFile(configPath, () => reload('file'), {
-      onError: (error) =>
-        logger.warn(
-          { file: configPath, err: error.message },
-          'limits file watch stopped; SIGHUP still reloads',
-        ),
-    });
+    const watcher = reloader.watch();
     logListening(logger, {
       grpc: server.address,
       ops: opsServer.address,
@@ -378,8 +310,8 @@ export function run(argv: string[]): Promise<number> {
       ...(zoneTokens.length > 0 ? { tokenZones: [...new Set(zoneTokens.map((z) => z.zone))] } : {}),
     });
 
-    reloadOnSignal = () => reload('SIGHUP');
-    await stopRequested;
+    shutdown.reloadWith(() => reloader.reload('SIGHUP'));
+    await shutdown.stopRequested;
     await shutdownWithin(logger, 10_000, async () => {
       watcher.close();
       await server.close();
@@ -387,7 +319,7 @@ export function run(argv: string[]): Promise<number> {
       await autoTuner?.stop();
       recorder?.flush();
       history?.close();
-      await reloading;
+      await reloader.settled();
       await dashboard?.close();
       await opsServer.close();
       logger.info({}, 'stopped');

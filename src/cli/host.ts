@@ -2,23 +2,23 @@ import { hostname } from 'node:os';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { createGlobalLimiter } from '../global/global-limiter.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
-import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
+import { logListening } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
-import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
+import { OPS_ALLOWED_HOST_FLAGS, opsEndpointFromFlags } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import {
   type CommandSpec,
   listFlag,
   MAX_TIMER_SECONDS,
   numberFlag,
-  parseHostPort,
   parseTargets,
   runCommand,
   stringFlag,
   usageError,
 } from './command-line.js';
 import { createLoadGenerator } from './load-generator.js';
+import { LOG_LEVEL_FLAG, loggerFromFlags } from './log-level-flag.js';
 import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 import { AUTH_TOKEN_FLAGS, readAuthToken, readClientTls, TLS_CLIENT_FLAGS } from './transport-security.js';
@@ -77,12 +77,7 @@ export const spec: CommandSpec = {
       description: 'per-report deadline',
       defaultText: 'half the interval',
     },
-    'log-level': {
-      type: 'string',
-      valueName: 'level',
-      description: 'fatal|error|warn|info|debug|trace|silent',
-      defaultText: 'info',
-    },
+    ...LOG_LEVEL_FLAG,
     ...AUTH_TOKEN_FLAGS,
     ...TLS_CLIENT_FLAGS,
   },
@@ -102,18 +97,13 @@ export function run(argv: string[]): Promise<number> {
     const zone = stringFlag(values, 'zone')!;
     const rates = parseBucketRates(listFlag(values, 'bucket'));
     const durationS = numberFlag(values, 'duration-s', 0, { min: 0, max: MAX_TIMER_SECONDS });
-    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:0');
-    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
+    const ops = opsEndpointFromFlags(values, '127.0.0.1:0');
     const id = stringFlag(values, 'id') ?? `${hostname()}-${process.pid}`;
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 50 });
     const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
       ? numberFlag(values, 'report-timeout-ms', 0, { min: 1 })
       : undefined;
-    const logger = createLogger({
-      component: 'host',
-      id,
-      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
-    });
+    const logger = loggerFromFlags(values, 'host', id);
 
     const metrics = createMetrics({ component: 'host', id });
     const authToken = await readAuthToken(values);
@@ -145,9 +135,7 @@ export function run(argv: string[]): Promise<number> {
     const handles = rates.map(({ key, rps }) => ({ handle: limiter.bucket(key), rps }));
     addLimiterMetrics(metrics, limiter, { maxBucketSeries });
     const opsServer = await startOpsServer({
-      host: ops.host,
-      port: ops.port,
-      allowedHosts: opsAllowedHosts,
+      ...ops,
       registry: metrics.registry,
       // A host serves with or without its control plane (fail open), so it is always healthy;
       // the details say how fresh its directives are.

@@ -34,6 +34,33 @@ export function waitForShutdown(logger: Logger, onReload?: () => boolean): Promi
   });
 }
 
+/** `waitForShutdown` for a command that reloads, installed before it has anything to reload. */
+export interface ReloadableShutdown {
+  /** Resolves with the signal that asked to stop. */
+  stopRequested: Promise<NodeJS.Signals>;
+  /** What a SIGHUP does from now on; until this is called it is logged and ignored. */
+  reloadWith(reload: () => void): void;
+}
+
+/**
+ * Signals first, as a command that reloads starts: a SIGHUP before its file is loaded must not
+ * end the process.
+ */
+export function waitForShutdownOrReload(logger: Logger): ReloadableShutdown {
+  let reloadOnSignal: (() => void) | undefined;
+  const stopRequested = waitForShutdown(logger, () => {
+    if (reloadOnSignal === undefined) return false;
+    reloadOnSignal();
+    return true;
+  });
+  return {
+    stopRequested,
+    reloadWith(reload) {
+      reloadOnSignal = reload;
+    },
+  };
+}
+
 /**
  * Runs `close` (the graceful part) and bounds it: a shutdown that takes longer than `boundMs` is
  * logged and the process exits anyway, so an orchestrator's stop never hangs.

@@ -6,16 +6,17 @@ import { createProxyBackend } from '../http/proxy/proxy-backend.js';
 import { startProxyServer } from '../http/proxy/proxy-server.js';
 import { type ProxyRules, parseProxyRules } from '../http/rules/proxy-rules.js';
 import { addLimiterMetrics } from '../ops/limiter-metrics.js';
-import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
+import { logListening } from '../ops/logger.js';
 import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { addProxyKeyMetrics, createProxyMetrics } from '../ops/proxy-metrics.js';
-import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
+import { OPS_ALLOWED_HOST_FLAGS, opsEndpointFromFlags } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
 import { type CommandSpec, numberFlag, parseHostPort, runCommand, stringFlag } from './command-line.js';
-import { watchFile } from './file-watcher.js';
+import { ConfigReloader } from './config-reloader.js';
+import { LOG_LEVEL_FLAG, loggerFromFlags } from './log-level-flag.js';
 import { createParentClients } from './parent-clients.js';
-import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
+import { shutdownWithin, waitForShutdownOrReload } from './process-lifecycle.js';
 
 export const spec: CommandSpec = {
   name: 'proxy',
@@ -65,12 +66,7 @@ export const spec: CommandSpec = {
         'starts: Kubernetes removes a stopping pod from its endpoints asynchronously (at most 86400000)',
       defaultText: '0',
     },
-    'log-level': {
-      type: 'string',
-      valueName: 'level',
-      description: 'fatal|error|warn|info|debug|trace|silent',
-      defaultText: 'info',
-    },
+    ...LOG_LEVEL_FLAG,
   },
   notes: [
     'The rules file is reloaded on SIGHUP and when it changes on disk; a file that fails to load keeps',
@@ -86,24 +82,13 @@ export function run(argv: string[]): Promise<number> {
     const maxBucketSeries = maxBucketSeriesFromFlags(values);
     const configPath = stringFlag(values, 'config')!;
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:8080');
-    const ops = parseHostPort('ops', stringFlag(values, 'ops') ?? '127.0.0.1:9095');
-    const opsAllowedHosts = allowedHostsFromFlag(values, 'ops-allowed-host');
+    const ops = opsEndpointFromFlags(values, '127.0.0.1:9095');
     const id = stringFlag(values, 'id') ?? `proxy-${hostname()}-${process.pid}`;
     // At most a day: the shutdown guard (this + 10 s) must fit Node's 32-bit timers, or it fires at once.
     const drainTimeoutMs = numberFlag(values, 'drain-timeout-ms', 10_000, { min: 0, max: 86_400_000 });
     const shutdownDelayMs = numberFlag(values, 'shutdown-delay-ms', 0, { min: 0, max: 86_400_000 });
-    const logger = createLogger({
-      component: 'proxy',
-      id,
-      level: parseLogLevel(stringFlag(values, 'log-level') ?? 'info'),
-    });
-    // Signals first: a SIGHUP before the rules are loaded must not end the process.
-    let reloadOnSignal: (() => void) | undefined;
-    const stopRequested = waitForShutdown(logger, () => {
-      if (reloadOnSignal === undefined) return false;
-      reloadOnSignal();
-      return true;
-    });
+    const logger = loggerFromFlags(values, 'proxy', id);
+    const shutdown = waitForShutdownOrReload(logger);
     const configText = await readConfigFile(configPath, { kind: 'rules file' });
     let rules = parseProxyRules(configText, configPath);
 
@@ -148,77 +133,33 @@ export function run(argv: string[]): Promise<number> {
       throw error;
     }
     backend.start();
-    let lastReloadError: string | undefined;
     /** SIGTERM (or SIGINT) came: /healthz answers 503 through the shutdown delay and the drain. */
     let stopping = false;
-    /** The text of the last reload attempted (or the start's): the watcher's events re-read the file. */
-    let attemptedText = configText;
-
-    /**
-     * Reloads one at a time; a change during a reload triggers one more after it, as a SIGHUP if
-     * any queued trigger was one (a SIGHUP reloads even an unchanged file).
-     */
-    let reloading: Promise<void> | undefined;
-    let queuedTrigger: 'SIGHUP' | 'file' | undefined;
-    const reload = (trigger: 'SIGHUP' | 'file') => {
-      if (reloading) {
-        queuedTrigger = queuedTrigger === 'SIGHUP' ? 'SIGHUP' : trigger;
-        return;
-      }
-      reloading = (async () => {
-        try {
-          const text = await readConfigFile(configPath, { kind: 'rules file' });
-          // The watcher reports every change in the file's directory (editors fire several events
-          // per save; a log file beside it, many a second): text already tried is not a reload.
-          // Compared with the last attempt, not the last success, so a file put back as it was after
-          // a failed edit loads again (an ok reload, which clears /healthz's error) while a broken
-          // file is tried once, not on every write beside it.
-          if (trigger === 'file' && text === attemptedText) return;
-          attemptedText = text;
-          const next: ProxyRules = parseProxyRules(text, configPath);
-          if (!backend.accepts(next.backend)) {
-            logger.warn(
-              { file: configPath },
-              'proxy: backend changes apply after a restart; keeping the current backend',
-            );
-          }
-          proxy.setRules(next);
-          rules = next;
-          lastReloadError = undefined;
-          proxyMetrics.reload('ok');
-          logger.info({ trigger, file: configPath, buckets: rules.buckets.length }, 'rules reloaded');
-        } catch (error) {
-          const message = error instanceof Error ? error.message : String(error);
-          // The same failure again (an unreadable file, on every event beside it) is not news.
-          if (trigger === 'file' && message === lastReloadError) return;
-          lastReloadError = message;
-          proxyMetrics.reload('error');
-          logger.error(
-            { trigger, file: configPath, code: (error as SpillwayError).code, err: lastReloadError },
-            'rules reload failed; the previous rules stay in force',
+    const reloader = new ConfigReloader({
+      path: configPath,
+      holds: 'rules',
+      text: configText,
+      logger,
+      apply: (text) => {
+        const next: ProxyRules = parseProxyRules(text, configPath);
+        if (!backend.accepts(next.backend)) {
+          logger.warn(
+            { file: configPath },
+            'proxy: backend changes apply after a restart; keeping the current backend',
           );
-        } finally {
-          reloading = undefined;
-          const next = queuedTrigger;
-          queuedTrigger = undefined;
-          if (next !== undefined) reload(next);
         }
-      })();
-    };
-    const watcher = watchFile(configPath, () => reload('file'), {
-      onError: (error) =>
-        logger.warn(
-          { file: configPath, err: error.message },
-          'rules file watch stopped; SIGHUP still reloads',
-        ),
+        proxy.setRules(next);
+        rules = next;
+        return { buckets: rules.buckets.length };
+      },
+      count: (result) => proxyMetrics.reload(result),
     });
+    const watcher = reloader.watch();
 
     let opsServer: Awaited<ReturnType<typeof startOpsServer>>;
     try {
       opsServer = await startOpsServer({
-        host: ops.host,
-        port: ops.port,
-        allowedHosts: opsAllowedHosts,
+        ...ops,
         registry: metrics.registry,
         // Unhealthy from SIGTERM on (the shutdown delay, then the drain), so a load balancer stops
         // sending before connections close.
@@ -231,7 +172,7 @@ export function run(argv: string[]): Promise<number> {
             backend: backend.kind,
             buckets: rules.buckets.length,
             inFlight: proxy.inFlight,
-            lastReloadError: lastReloadError ?? null,
+            lastReloadError: reloader.lastError ?? null,
             ...(snapshot
               ? {
                   staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
@@ -257,8 +198,8 @@ export function run(argv: string[]): Promise<number> {
       buckets: rules.buckets.map((b) => b.config.name),
     });
 
-    reloadOnSignal = () => reload('SIGHUP');
-    await stopRequested;
+    shutdown.reloadWith(() => reloader.reload('SIGHUP'));
+    await shutdown.stopRequested;
     stopping = true;
     if (shutdownDelayMs > 0) {
       // Kubernetes sends SIGTERM as it starts removing the pod from its Services' endpoints, and
