@@ -41,8 +41,13 @@ function assertDerivedSpanMs(field: string, what: string, ms: number): void {
   );
 }
 
-/** A token bucket's time to refill from empty (`capacity` and `refillPerSec` already checked). */
-export function assertRefillTime(capacity: number, refillPerSec: number): void {
+/**
+ * A token bucket's `capacity` and `refillPerSec`, each a positive finite number, and its time to
+ * refill from empty within what a timer or a Redis TTL takes.
+ */
+export function assertTokenBucketRate(capacity: unknown, refillPerSec: unknown): void {
+  assertPositiveFinite('capacity', capacity);
+  assertPositiveFinite('refillPerSec', refillPerSec);
   assertDerivedSpanMs(
     'refillPerSec',
     'capacity / refillPerSec (the time to refill the bucket)',
@@ -50,8 +55,14 @@ export function assertRefillTime(capacity: number, refillPerSec: number): void {
   );
 }
 
-/** A GCRA's emission interval and its tolerance (`limit`, `periodMs`, `burst` already checked). */
-export function assertEmissionInterval(limit: number, periodMs: number, burst: number): void {
+/**
+ * A GCRA's `limit`, `periodMs` and `burst`, each a positive finite number, and its emission
+ * interval and tolerance within what a timer takes.
+ */
+export function assertGcraRate(limit: unknown, periodMs: unknown, burst: unknown): void {
+  assertPositiveFinite('limit', limit);
+  assertPositiveFinite('periodMs', periodMs);
+  assertPositiveFinite('burst', burst);
   assertDerivedSpanMs('periodMs', 'periodMs / limit (the emission interval)', periodMs / limit);
   assertDerivedSpanMs('burst', 'periodMs / limit * burst (the tolerance)', (periodMs / limit) * burst);
 }

@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertEmissionInterval, assertPositiveFinite } from '../core/validate.js';
+import { assertCost, assertGcraRate } from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -43,13 +43,20 @@ export interface Gcra {
  * const decision = gcra.take(); // { allowed, limit: 10, remaining, resetAtMs, retryAfterMs }
  */
 export function createGcra(options: GcraOptions): Gcra {
+  const { limit, periodMs, burst } = resolveGcraRate(options);
+  return new LocalGcra(limit, periodMs, burst, options.clock ?? coarseClock);
+}
+
+/** A GCRA's rate with `burst` defaulted to `limit`, checked (ERR_SPILLWAY_INVALID_LIMIT). */
+export function resolveGcraRate(options: Pick<GcraOptions, 'limit' | 'periodMs' | 'burst'>): {
+  limit: number;
+  periodMs: number;
+  burst: number;
+} {
   const { limit, periodMs } = options;
   const burst = options.burst ?? limit;
-  assertPositiveFinite('limit', limit);
-  assertPositiveFinite('periodMs', periodMs);
-  assertPositiveFinite('burst', burst);
-  assertEmissionInterval(limit, periodMs, burst);
-  return new LocalGcra(limit, periodMs, burst, options.clock ?? coarseClock);
+  assertGcraRate(limit, periodMs, burst);
+  return { limit, periodMs, burst };
 }
 
 // Numeric fields are initialised where declared so V8 keeps them unboxed (see token-bucket.ts).
@@ -94,18 +101,37 @@ class LocalGcra implements Gcra {
     assertCost(cost, this.burst);
     const nowMs = this.clock.nowMs() - this.originMs;
     const tatMs = Math.max(this.tatMs, nowMs);
-    const newTatMs = tatMs + cost * this.emissionIntervalMs;
-    const allowAtMs = newTatMs - this.toleranceMs;
-    const allowed = allowAtMs <= nowMs + TIME_SLACK_MS;
-    if (allowed) this.tatMs = newTatMs;
-    const stateMs = allowed ? newTatMs : tatMs;
-    const remaining = (this.toleranceMs - (stateMs - nowMs)) / this.emissionIntervalMs;
-    return {
-      allowed,
-      limit: this.burst,
-      remaining: Math.max(remaining, 0),
-      resetAtMs: this.originMs + stateMs,
-      retryAfterMs: allowed ? 0 : allowAtMs - nowMs,
-    };
+    const decision = gcraDecision(this.burst, this.emissionIntervalMs, this.originMs, tatMs, nowMs, cost);
+    if (decision.allowed) this.tatMs = tatMs + cost * this.emissionIntervalMs;
+    return decision;
   }
+}
+
+/**
+ * A GCRA's decision on `cost` units at `nowMs`, from the theoretical arrival time `tatMs` (at
+ * least `nowMs`), both relative to `originMs`: allowed when the new TAT, `tatMs + cost *
+ * emissionIntervalMs`, is at most `burst` intervals ahead (give or take TIME_SLACK_MS). The caller
+ * stores that new TAT when allowed.
+ */
+export function gcraDecision(
+  burst: number,
+  emissionIntervalMs: number,
+  originMs: number,
+  tatMs: number,
+  nowMs: number,
+  cost: number,
+): Decision {
+  const toleranceMs = burst * emissionIntervalMs;
+  const newTatMs = tatMs + cost * emissionIntervalMs;
+  const allowAtMs = newTatMs - toleranceMs;
+  const allowed = allowAtMs <= nowMs + TIME_SLACK_MS;
+  const stateMs = allowed ? newTatMs : tatMs;
+  const remaining = (toleranceMs - (stateMs - nowMs)) / emissionIntervalMs;
+  return {
+    allowed,
+    limit: burst,
+    remaining: Math.max(remaining, 0),
+    resetAtMs: originMs + stateMs,
+    retryAfterMs: allowed ? 0 : allowAtMs - nowMs,
+  };
 }

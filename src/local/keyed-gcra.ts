@@ -1,6 +1,7 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertEmissionInterval, assertKey, assertPositiveFinite } from '../core/validate.js';
+import { assertCost, assertKey } from '../core/validate.js';
+import { gcraDecision, resolveGcraRate } from './gcra.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
   type KeyedLimiterOptions,
@@ -34,12 +35,7 @@ export interface KeyedGcra extends KeyedLocalLimiter {
  * if (!perTenant.tryTake(tenantId)) throw new TooManyRequests();
  */
 export function createKeyedGcra(options: KeyedGcraOptions): KeyedGcra {
-  const { limit, periodMs } = options;
-  const burst = options.burst ?? limit;
-  assertPositiveFinite('limit', limit);
-  assertPositiveFinite('periodMs', periodMs);
-  assertPositiveFinite('burst', burst);
-  assertEmissionInterval(limit, periodMs, burst);
+  const { limit, periodMs, burst } = resolveGcraRate(options);
   return new LocalKeyedGcra(limit, periodMs, burst, resolveKeyedOptions(options));
 }
 
@@ -117,22 +113,13 @@ class LocalKeyedGcra implements KeyedGcra, SlotStore {
       const storedMs = this.tatMs[slot]!;
       if (storedMs > nowMs) tatMs = storedMs;
     }
-    const newTatMs = tatMs + cost * this.emissionIntervalMs;
-    const allowAtMs = newTatMs - this.toleranceMs;
-    const allowed = allowAtMs <= nowMs + TIME_SLACK_MS;
-    if (allowed && cost > 0) {
+    const decision = gcraDecision(this.burst, this.emissionIntervalMs, this.originMs, tatMs, nowMs, cost);
+    if (decision.allowed && cost > 0) {
+      const newTatMs = tatMs + cost * this.emissionIntervalMs;
       if (slot === undefined) this.insert(key, newTatMs, nowMs);
       else this.tatMs[slot] = newTatMs;
     }
-    const stateMs = allowed ? newTatMs : tatMs;
-    const remaining = (this.toleranceMs - (stateMs - nowMs)) / this.emissionIntervalMs;
-    return {
-      allowed,
-      limit: this.burst,
-      remaining: Math.max(remaining, 0),
-      resetAtMs: this.originMs + stateMs,
-      retryAfterMs: allowed ? 0 : allowAtMs - nowMs,
-    };
+    return decision;
   }
 
   reset(key: string): void {

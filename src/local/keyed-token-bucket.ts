@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertKey, assertPositiveFinite, assertRefillTime } from '../core/validate.js';
+import { assertCost, assertKey, assertTokenBucketRate } from '../core/validate.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
   type KeyedLimiterOptions,
@@ -9,6 +9,7 @@ import {
   resolveKeyedOptions,
 } from './keyed-local-limiter.js';
 import { TIME_SLACK_MS } from './time-slack.js';
+import { tokenBucketDecision } from './token-bucket.js';
 
 export interface KeyedTokenBucketOptions extends KeyedLimiterOptions {
   capacity: number;
@@ -30,9 +31,7 @@ export interface KeyedTokenBucket extends KeyedLocalLimiter {
  * if (!decision.allowed) res.setHeader('retry-after', Math.ceil(decision.retryAfterMs / 1000));
  */
 export function createKeyedTokenBucket(options: KeyedTokenBucketOptions): KeyedTokenBucket {
-  assertPositiveFinite('capacity', options.capacity);
-  assertPositiveFinite('refillPerSec', options.refillPerSec);
-  assertRefillTime(options.capacity, options.refillPerSec);
+  assertTokenBucketRate(options.capacity, options.refillPerSec);
   const common = resolveKeyedOptions(options);
   return new LocalKeyedTokenBucket(options.capacity, options.refillPerSec, common);
 }
@@ -111,13 +110,7 @@ class LocalKeyedTokenBucket implements KeyedTokenBucket, SlotStore {
         this.tokens[slot] = tokens;
       }
     }
-    return {
-      allowed,
-      limit: this.capacity,
-      remaining: Math.max(tokens, 0),
-      resetAtMs: nowMs + (this.capacity - tokens) / this.refillPerMs,
-      retryAfterMs: allowed ? 0 : (cost - tokens) / this.refillPerMs,
-    };
+    return tokenBucketDecision(this.capacity, this.refillPerMs, nowMs, allowed, tokens, cost);
   }
 
   reset(key: string): void {

@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertPositiveFinite, assertRefillTime } from '../core/validate.js';
+import { assertCost, assertTokenBucketRate } from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -38,9 +38,7 @@ export interface TokenBucket {
  * if (!bucket.tryTake()) return reply.code(429).send();
  */
 export function createTokenBucket(options: TokenBucketOptions): TokenBucket {
-  assertPositiveFinite('capacity', options.capacity);
-  assertPositiveFinite('refillPerSec', options.refillPerSec);
-  assertRefillTime(options.capacity, options.refillPerSec);
+  assertTokenBucketRate(options.capacity, options.refillPerSec);
   return new LocalTokenBucket(options.capacity, options.refillPerSec, options.clock ?? coarseClock);
 }
 
@@ -84,13 +82,7 @@ class LocalTokenBucket implements TokenBucket {
     const allowed = tokens + this.slackTokens >= cost;
     const left = allowed ? tokens - cost : tokens;
     this.tokens = left;
-    return {
-      allowed,
-      limit: this.capacity,
-      remaining: Math.max(left, 0),
-      resetAtMs: nowMs + (this.capacity - left) / this.refillPerMs,
-      retryAfterMs: allowed ? 0 : (cost - left) / this.refillPerMs,
-    };
+    return tokenBucketDecision(this.capacity, this.refillPerMs, nowMs, allowed, left, cost);
   }
 
   private refill(nowMs: number): number {
@@ -101,4 +93,26 @@ class LocalTokenBucket implements TokenBucket {
     }
     return this.tokens;
   }
+}
+
+/**
+ * A token bucket's decision at `nowMs` on a call of `cost` tokens, `left` tokens in it after the
+ * call (taken or not): full again `(capacity - left) / refillPerMs` later; refused, the call can
+ * pass once `cost` tokens are there.
+ */
+export function tokenBucketDecision(
+  capacity: number,
+  refillPerMs: number,
+  nowMs: number,
+  allowed: boolean,
+  left: number,
+  cost: number,
+): Decision {
+  return {
+    allowed,
+    limit: capacity,
+    remaining: Math.max(left, 0),
+    resetAtMs: nowMs + (capacity - left) / refillPerMs,
+    retryAfterMs: allowed ? 0 : (cost - left) / refillPerMs,
+  };
 }

@@ -1,4 +1,4 @@
-import { assertPositiveFinite, assertRefillTime } from '../core/validate.js';
+import { assertTokenBucketRate } from '../core/validate.js';
 import { loadLuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
 import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
@@ -25,10 +25,8 @@ export interface RedisTokenBucketOptions extends RedisLimiterCommonOptions {
  * retryAfterMs 500; 1.25 s later 2.5 tokens are back (remaining 2.5), so two calls pass.
  */
 export function createRedisTokenBucket(o: RedisTokenBucketOptions): RedisLimiter {
-  assertPositiveFinite('capacity', o?.capacity);
-  assertPositiveFinite('refillPerSec', o?.refillPerSec);
   // The key's TTL is the time to refill: past what Redis's PX takes, every call would fail.
-  assertRefillTime(o.capacity, o.refillPerSec);
+  assertTokenBucketRate(o?.capacity, o?.refillPerSec);
   const { capacity, refillPerSec } = o;
   return createRedisLimiter(o, {
     name: 'token-bucket',
