@@ -1,7 +1,6 @@
 import { loadLuaScript } from './lua-script.js';
-import { redisKey } from './redis-key.js';
-import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions } from './redis-window-options.js';
+import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
+import { assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
 
 export const fixedWindowScript = loadLuaScript('fixed-window');
 
@@ -24,13 +23,5 @@ export interface RedisFixedWindowOptions extends RedisLimiterCommonOptions {
  */
 export function createRedisFixedWindow(o: RedisFixedWindowOptions): RedisLimiter {
   assertWindowOptions(o?.limit, o?.windowMs);
-  const { limit, windowMs } = o;
-  return createRedisLimiter(o, {
-    name: 'fixed-window',
-    script: fixedWindowScript,
-    limit,
-    integerCost: true,
-    keys: (prefix, key) => [redisKey(prefix, key, 'fw')],
-    args: (cost) => [limit, windowMs, cost],
-  });
+  return createWindowLimiter(o, { name: 'fixed-window', script: fixedWindowScript, keyTag: 'fw' });
 }

@@ -1,7 +1,6 @@
 import { loadLuaScript } from './lua-script.js';
-import { redisKey } from './redis-key.js';
-import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions } from './redis-window-options.js';
+import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
+import { assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
 
 export const slidingCounterScript = loadLuaScript('sliding-counter');
 
@@ -26,13 +25,5 @@ export interface RedisSlidingCounterOptions extends RedisLimiterCommonOptions {
  */
 export function createRedisSlidingCounter(o: RedisSlidingCounterOptions): RedisLimiter {
   assertWindowOptions(o?.limit, o?.windowMs);
-  const { limit, windowMs } = o;
-  return createRedisLimiter(o, {
-    name: 'sliding-counter',
-    script: slidingCounterScript,
-    limit,
-    integerCost: true,
-    keys: (prefix, key) => [redisKey(prefix, key, 'sc')],
-    args: (cost) => [limit, windowMs, cost],
-  });
+  return createWindowLimiter(o, { name: 'sliding-counter', script: slidingCounterScript, keyTag: 'sc' });
 }

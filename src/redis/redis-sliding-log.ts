@@ -1,10 +1,12 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { loadLuaScript } from './lua-script.js';
-import { redisKey } from './redis-key.js';
-import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions } from './redis-window-options.js';
+import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
+import { assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
 
 export const slidingLogScript = loadLuaScript('sliding-log');
+
+/** The largest sliding-log limit: one call's script writes up to this many members. */
+export const MAX_SLIDING_LOG_LIMIT = 100_000;
 
 export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
   /** Cost admitted in any span of `windowMs`. */
@@ -20,18 +22,15 @@ export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
  * Con: memory and work grow with the limit (one member per admitted unit, O(log n) per add), so
  * it suits limits in the hundreds or low thousands per window, not millions. A limit over
  * `MAX_SLIDING_LOG_LIMIT` is refused: one call's script writes up to `limit` members, and a script
- * blocks Redis for every client while it runs (2e6 took 4.6 s and 240 MB); use the sliding-window
+ * blocks Redis for every client while it runs (docs/redis-limiters.md); use the sliding-window
  * counter for large limits.
  *
  * Example: limit 3, windowMs 1000. Calls at t=0, 100, 200 ms are admitted; at t=500 the call is
  * rejected with retryAfterMs 500 (the t=0 entry leaves the window at t=1000); at t=1000 it passes.
  */
-/** The largest sliding-log limit: one call's script writes up to this many members. */
-export const MAX_SLIDING_LOG_LIMIT = 100_000;
-
 export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
   assertWindowOptions(o?.limit, o?.windowMs);
-  const { limit, windowMs } = o;
+  const { limit } = o;
   if (limit > MAX_SLIDING_LOG_LIMIT) {
     throw new SpillwayError(
       ErrorCode.InvalidLimit,
@@ -39,12 +38,5 @@ export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
       { field: 'limit' },
     );
   }
-  return createRedisLimiter(o, {
-    name: 'sliding-log',
-    script: slidingLogScript,
-    limit,
-    integerCost: true,
-    keys: (prefix, key) => [redisKey(prefix, key, 'sl')],
-    args: (cost) => [limit, windowMs, cost],
-  });
+  return createWindowLimiter(o, { name: 'sliding-log', script: slidingLogScript, keyTag: 'sl' });
 }

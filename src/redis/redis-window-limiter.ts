@@ -1,5 +1,8 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { assertPositiveInteger } from '../core/validate.js';
+import type { LuaScript } from './lua-script.js';
+import { redisKey } from './redis-key.js';
+import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
 
 /**
  * Checks `limit` and `windowMs` of the window limiters. Both are whole numbers: counts are whole
@@ -16,4 +19,31 @@ export function assertWindowOptions(limit: unknown, windowMs: unknown): asserts 
       { field: 'limit' },
     );
   }
+}
+
+/** What tells the window limiters apart: the script, and the tag of its key (`{prefix:key}:fw`). */
+export interface WindowAlgorithm {
+  name: string;
+  script: LuaScript;
+  keyTag: string;
+}
+
+/**
+ * A window limiter (fixed window, sliding log, sliding counter): `limit` whole cost units per
+ * `windowMs` (checked by `assertWindowOptions` first), one key per caller, the script called with
+ * `limit, windowMs, cost`.
+ */
+export function createWindowLimiter(
+  options: RedisLimiterCommonOptions & { limit: number; windowMs: number },
+  algorithm: WindowAlgorithm,
+): RedisLimiter {
+  const { limit, windowMs } = options;
+  return createRedisLimiter(options, {
+    name: algorithm.name,
+    script: algorithm.script,
+    limit,
+    integerCost: true,
+    keys: (prefix, key) => [redisKey(prefix, key, algorithm.keyTag)],
+    args: (cost) => [limit, windowMs, cost],
+  });
 }
