@@ -64,6 +64,19 @@ export function utcDate(ms: number): string {
   return new Date(ms).toISOString().slice(0, 10);
 }
 
+/**
+ * `peaks` as a list, each checked by `checkPeak` before any is written: one bad entry refuses the
+ * whole minute (`recordPeaks` writes nothing).
+ */
+export function checkedPeaks(
+  minuteStartMs: number,
+  peaks: Iterable<readonly [bucket: string, peakOfferedRps: number]>,
+): (readonly [string, number])[] {
+  const list = [...peaks];
+  for (const [bucket, peak] of list) checkPeak(bucket, minuteStartMs, peak);
+  return list;
+}
+
 /** Shared input checks, so every store refuses the same things with the same messages. */
 export function checkPeak(bucket: string, minuteStartMs: number, peakOfferedRps: number): void {
   if (typeof bucket !== 'string' || bucket.length === 0) {

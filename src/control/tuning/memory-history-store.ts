@@ -1,5 +1,6 @@
 import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import {
+  checkedPeaks,
   checkPeak,
   type DailyPeak,
   dayStartOf,
@@ -65,8 +66,7 @@ export function createMemoryHistoryStore(): HistoryStore {
     },
     recordPeaks(minuteStartMs, peaks) {
       open();
-      const list = [...peaks];
-      for (const [bucket, peak] of list) checkPeak(bucket, minuteStartMs, peak);
+      const list = checkedPeaks(minuteStartMs, peaks);
       for (const [bucket, peak] of list) store.recordPeak(bucket, minuteStartMs, peak);
     },
     peaks(bucket, sinceMs, untilMs): MinutePeak[] {

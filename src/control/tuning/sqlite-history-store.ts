@@ -4,6 +4,7 @@ import { dirname } from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { ErrorCode, SpillwayError } from '../../core/errors.js';
 import {
+  checkedPeaks,
   checkPeak,
   type DailyPeak,
   dayStartOf,
@@ -85,20 +86,17 @@ export function createSqliteHistoryStore(options: SqliteHistoryStoreOptions): Hi
     throw unavailable(`cannot prepare ${options.path}: ${(error as Error).message}`, options.path, error);
   }
 
-  const upsertMinute = options.readonly
-    ? undefined
-    : db.prepare<[string, number, number]>(
-        `INSERT INTO minute_peaks (bucket, minute_start_ms, peak_offered_rps) VALUES (?, ?, ?)
-         ON CONFLICT (bucket, minute_start_ms)
+  /** Writes keep the maximum (the HistoryStore contract): `table` and its time column are ours, not input. */
+  const prepareRaisePeak = (table: string, startColumn: string) =>
+    options.readonly
+      ? undefined
+      : db.prepare<[string, number, number]>(
+          `INSERT INTO ${table} (bucket, ${startColumn}, peak_offered_rps) VALUES (?, ?, ?)
+         ON CONFLICT (bucket, ${startColumn})
          DO UPDATE SET peak_offered_rps = max(peak_offered_rps, excluded.peak_offered_rps)`,
-      );
-  const upsertDay = options.readonly
-    ? undefined
-    : db.prepare<[string, number, number]>(
-        `INSERT INTO daily_peaks (bucket, day_start_ms, peak_offered_rps) VALUES (?, ?, ?)
-         ON CONFLICT (bucket, day_start_ms)
-         DO UPDATE SET peak_offered_rps = max(peak_offered_rps, excluded.peak_offered_rps)`,
-      );
+        );
+  const upsertMinute = prepareRaisePeak('minute_peaks', 'minute_start_ms');
+  const upsertDay = prepareRaisePeak('daily_peaks', 'day_start_ms');
   const selectMinutes = db.prepare<
     [string, number, number],
     { minuteStartMs: number; peakOfferedRps: number }
@@ -155,8 +153,7 @@ export function createSqliteHistoryStore(options: SqliteHistoryStoreOptions): Hi
       writeMany(minuteStartMs, [[bucket, peakOfferedRps]]);
     },
     recordPeaks(minuteStartMs, peaks) {
-      const list = [...peaks];
-      for (const [bucket, peak] of list) checkPeak(bucket, minuteStartMs, peak);
+      const list = checkedPeaks(minuteStartMs, peaks);
       if (list.length > 0) writeMany(minuteStartMs, list);
     },
     // Half-open on whole milliseconds: [ceil(since), ceil(until)) holds the same rows as [since, until).
