@@ -217,30 +217,22 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
         sendJson(response, 200, { ok: true, actor: authorize(request).name });
         return;
       case '/api/admin/mode': {
-        allow(method, ['POST']);
-        const actor = authorize(request);
-        const body = parseBody(modeBody, await readJson(request));
+        const { actor, body } = await adminRequest(request, method, modeBody);
         sendJson(response, 200, admin.setMode(actor, body.rule, body.mode));
         return;
       }
       case '/api/admin/limit': {
-        allow(method, ['POST']);
-        const actor = authorize(request);
-        const body = parseBody(limitBody, await readJson(request));
+        const { actor, body } = await adminRequest(request, method, limitBody);
         sendJson(response, 200, admin.setLimit(actor, body.rule, body.limitRps));
         return;
       }
       case '/api/admin/clear-override': {
-        allow(method, ['POST']);
-        const actor = authorize(request);
-        const body = parseBody(clearBody, await readJson(request));
+        const { actor, body } = await adminRequest(request, method, clearBody);
         sendJson(response, 200, admin.clearOverride(actor, body.rule));
         return;
       }
       case '/api/admin/tuning/accept': {
-        allow(method, ['POST']);
-        const actor = authorize(request);
-        const body = parseBody(acceptBody, await readJson(request));
+        const { actor, body } = await adminRequest(request, method, acceptBody);
         sendJson(response, 200, await admin.acceptSuggestion(actor, body.id));
         return;
       }
@@ -267,6 +259,17 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     if (!response.headersSent)
       sendJson(response, 500, { error: { code: 'ERR_INTERNAL', message: 'internal error' } });
     else response.destroy();
+  }
+
+  /** An admin action's request: POST, then the bearer token, then a JSON body of `schema`'s shape. */
+  async function adminRequest<T>(
+    request: IncomingMessage,
+    method: string,
+    schema: z.ZodType<T>,
+  ): Promise<{ actor: AdminActor; body: T }> {
+    allow(method, ['POST']);
+    const actor = authorize(request);
+    return { actor, body: parseBody(schema, await readJson(request)) };
   }
 
   function authorize(request: IncomingMessage): AdminActor {
