@@ -38,8 +38,8 @@ export interface BucketContext {
   clock: Clock;
   /**
    * What the burst guard reads, up to once per call: the shared coarse clock by default (a platform
-   * clock read costs ~80 ns and allocates a heap number on Node 20), the injected scheduler when
-   * there is one (tests, the simulator).
+   * clock read allocates a heap number on Node 20; docs/global-data-plane.md, "Cost"), the
+   * injected scheduler when there is one (tests, the simulator).
    */
   guardClock: Clock;
   stalePolicy(): StalePolicy;
@@ -115,8 +115,8 @@ export class Bucket implements BucketHandle {
    * must not mix: in a fleet-wide spike, the host's newest rate over a total from before it would
    * grant every host the spike). The reply to report k carries a ratio computed from the zone's
    * forward that held report k-1 and from the other zones' last forwards, which hold reports about
-   * one interval older: the mean of the host's rates in reports k-1 and k-2. Measured in
-   * docs/accuracy.md against report k-1 alone (the 3x step settles in 4.2 s instead of 3.2 s).
+   * one interval older: the mean of the host's rates in reports k-1 and k-2 (docs/global-data-plane.md
+   * compares it with report k-1 alone).
    */
   directiveHostOfferedRps = 0;
   /** How many report windows `directiveHostOfferedRps` is measured over (its noise: see local rescale). */

@@ -30,8 +30,8 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
  *
  * Why a detector instead of a token bucket that is always on: at 20 calls per host per second
  * (1,000 hosts sharing 20,000 rps) a bucket tight enough to hold a fleet-wide step to 25% cuts
- * the Poisson noise of every host in steady state (-13% at a 100 ms window), and one loose enough
- * for the noise lets 2.5x a host's share through in the step's first second (docs/accuracy.md).
+ * the Poisson noise of every host in steady state, and one loose enough for the noise lets a
+ * multiple of a host's share through in the step's first second (docs/accuracy.md, "Burst guard").
  *
  * Armed only in enforce mode, with a live (or held) directive, and once the host has seen traffic
  * for the bucket: with no offered load in the directive's windows a host has no allowance to hold

@@ -130,7 +130,7 @@ export const DEFAULT_MAX_BUCKETS = 10_000;
 /** The protocol bounds bucket keys at 256 bytes. */
 export const DEFAULT_GLOBAL_MAX_KEY_LENGTH = 256;
 export const DEFAULT_IDLE_EXPIRY_MS = 60_000;
-/** Measured with the fleet simulator (docs/accuracy.md). */
+/** On: it cuts a spike at each host's next report tick and leaves steady state alone (docs/accuracy.md). */
 export const DEFAULT_LOCAL_RESCALE = true;
 
 class GlobalLimiterImpl implements GlobalLimiter {

@@ -21,8 +21,8 @@
  * That test alone is blind to a fleet-wide change at a thin host: 1,000 hosts sharing 20,000 rps
  * see 20 calls each a second, and a rise to 60 shows in the host's windows as 40 against 60 one
  * report later (the directive's window straddles the step), 2.2 standard deviations. The directive
- * still carries a fleet total that lags the step, so its ratio is too low, and the fleet overshot
- * by ~40% for a second more (docs/accuracy.md, "3x step"). The fleet total is the sum of every
+ * still carries a fleet total that lags the step, so its ratio is too low, and the fleet overshoots
+ * for a second more (docs/accuracy.md, "Local rescale follows a fleet-wide move"). The fleet total is the sum of every
  * host's counts, so its own noise is tiny: when it moved between the last two directives by more
  * than `FLEET_MOVE_RATIO` and beyond its noise, the change is real and fleet-wide, and a host
  * whose own rate moved the same way by at least `FLEET_LOCAL_Z` standard deviations rescales.

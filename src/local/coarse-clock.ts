@@ -3,8 +3,8 @@ import { assertPositiveFinite } from '../core/validate.js';
 
 /**
  * A clock that is cheap to read: `nowMs()` returns a cached time that a ticker refreshes every
- * `resolutionMs`, instead of calling into the platform clock (~40 ns for `Date.now()` or
- * `performance.now()` on a typical server, more than a whole local limiter decision).
+ * `resolutionMs`, instead of calling into the platform clock (`Date.now()` or `performance.now()`,
+ * which costs more than a whole local limiter decision: docs/local-limiters.md).
  *
  * Contract:
  * - The value is at most about `resolutionMs` old while the event loop is free; while the loop is

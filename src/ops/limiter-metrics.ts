@@ -7,10 +7,10 @@ export interface LimiterMetricsOptions {
   /**
    * Most buckets given per-bucket series (default 1,000): pinned buckets first, then the most
    * offered since they were created. Bucket keys may come from clients (the proxy renders them
-   * from headers), and a full table of 10,000 hostile keys exported whole is ~19 MB of text per
-   * scrape, ~0.4 s of event loop and a few hundred MB of transient heap each time (measured in
-   * bench/results/cardinality.md), plus series churn in Prometheus as keys come and go. Buckets
-   * left out still count in the table-wide series; `spillway_bucket_series_omitted` says how many.
+   * from headers), and a full table of hostile keys exported whole costs every scrape megabytes of
+   * text and a long stall of the event loop (docs/operations.md), plus series churn in Prometheus
+   * as keys come and go. Buckets left out still count in the table-wide series;
+   * `spillway_bucket_series_omitted` says how many.
    */
   maxBucketSeries?: number;
 }

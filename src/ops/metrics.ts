@@ -62,9 +62,9 @@ const REPORT_DURATION_BUCKETS_S = [
 
 /**
  * Garbage collection pauses, finer than prom-client's default buckets (1 ms, 10 ms, 100 ms...): a
- * proxy at 1,000 req/s stops its event loop for young-generation collections of one to a few ms,
- * about 4 times a second (bench/results/proxy-gc.md), and every request arriving meanwhile waits;
- * the defaults put 2 ms and 9 ms in one bucket. scripts/profile-proxy.ts reads these.
+ * busy proxy stops its event loop for young-generation collections of one to a few ms, several
+ * times a second (bench/results/proxy-gc.md), and every request arriving meanwhile waits; the
+ * defaults put 2 ms and 9 ms in one bucket. scripts/profile-proxy.ts reads these.
  */
 export const GC_PAUSE_BUCKETS_S = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.5, 1];
 

@@ -35,8 +35,8 @@ function indexOf<T extends string>(values: readonly T[]): Readonly<Record<T, num
 
 /**
  * The per-request counters are plain numbers published at scrape time (prom-client's `collect`):
- * a labelled `inc` hashes its label object on every call (~200 ns measured here), which the
- * request path would pay once per request and once more per bucket decision.
+ * a labelled `inc` hashes its label object on every call (docs/proxy.md, "Operations"), which
+ * the request path would pay once per request and once more per bucket decision.
  */
 export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);

@@ -190,8 +190,8 @@ class PendingCall {
 const EXPIRED = -1;
 /**
  * One reply in this many is a clock sample (and every "expired" one): reading the local clock for
- * the receipt time cost ~130 ns, a fifth of the call path's own CPU, and samples this frequent add
- * nothing an estimate over 10 s windows needs.
+ * each receipt time is a noticeable share of the call path's own CPU (docs/redis-limiters.md,
+ * "Cost per call"), and samples this frequent add nothing an estimate over 10 s windows needs.
  */
 const CLOCK_SAMPLE_EVERY = 8;
 
@@ -405,7 +405,7 @@ export function createRedisLimiter(
     inFlight.push(call);
     live++;
     if (timer === undefined) timer = scheduler.setTimeout(expireDue, timeoutMs);
-    // send() is shared, not a closure made here per call: that one (to send again) cost ~550 ns.
+    // send() is shared, not a closure made here per call: a closure per call costs (docs/redis-limiters.md).
     send(call);
     if (call.state === Settled.Pending) {
       await new Promise<void>((resolve) => {

@@ -5,7 +5,7 @@ import type { Directive, ReportRequest, ReportResponse } from '../gen/spillway/v
  * Hand-written protobuf codec for the two messages a receiving tier handles per report: decoding a
  * `ReportRequest` and encoding a `ReportResponse`. Byte-for-byte the same wire format as
  * protobuf-es's reflective `fromBinary` / `toBinary` (test/control/report-codec.test.ts proves it on
- * random messages), several times faster, because an aggregator spends most of its time here
+ * random messages), and faster, because an aggregator spends most of its time here
  * (bench/results/control.md). Transports may use either; proto/spillway/v1/control.proto stays the
  * single source of the format. Unknown fields are skipped, as proto3 requires.
  */
