@@ -40,7 +40,7 @@ import {
 import { addRateLimitFields } from './rate-limit-merge.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { joinTunnel, type Tunnel } from './tunnel.js';
-import { type PoolTurn, UpstreamQueue } from './upstream-queue.js';
+import { type ConnectionWaiter, UpstreamQueue } from './upstream-queue.js';
 import { switchingProtocolsHead, type UpgradeAnswer, UpstreamUpgrade } from './upstream-upgrade.js';
 
 export interface ProxyLogger {
@@ -433,7 +433,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * socket from the pool), an upgrade holds a pooled connection like any request, so it waits for
    * one in the same queue, under the same deadline.
    */
-  class UpgradeTurn implements PoolTurn {
+  class UpgradeTurn implements ConnectionWaiter {
     readonly granted: Promise<void>;
     queued = false;
     private grant: () => void = () => {};
@@ -461,7 +461,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       return !this.signal.aborted;
     }
 
-    takeTurn(): void {
+    connectionFree(): void {
       // Its deadline is due, its timer not yet run: it would be aborted as it gets its connection.
       if (this.timeoutMs > 0 && performance.now() - this.startedMs >= this.timeoutMs - 1) return;
       queue.take();
@@ -485,7 +485,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
    * the body is sent. One timer per forwarded request, set and cleared: a fraction of a
    * microsecond against the tens a proxied request costs.
    */
-  class Exchange implements Dispatcher.DispatchHandler, BodyOwner, PoolTurn {
+  class Exchange implements Dispatcher.DispatchHandler, BodyOwner, ConnectionWaiter {
     target = '';
     headers: Record<string, string | string[]> = NO_HEADERS;
     /** Handed to the pool and not yet finished there (holding one of `queue`'s connections). */
@@ -582,7 +582,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     }
 
     /** Its turn at the pool, out of `queue`: dispatched. */
-    takeTurn(): void {
+    connectionFree(): void {
       // Its deadline is due, its timer not yet run (timers due together run one after another, and
       // this runs between them): dispatched, it would be aborted as it gets its connection.
       if (this.headersTimeoutMs > 0 && performance.now() - this.startedMs >= this.headersTimeoutMs - 1) {
