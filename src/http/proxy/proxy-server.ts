@@ -17,8 +17,15 @@ import {
 } from '../../server/http-client-error.js';
 import { type RawResponse, writeRawResponse } from '../../server/raw-response.js';
 import { createClientAddressResolver, createTrustedProxyMatcher } from '../client-address.js';
+import {
+  classifyDecision,
+  combineOutcomes,
+  decideWithLimiter,
+  type PolicyOutcome,
+  type Verdict as PolicyVerdict,
+} from '../edge-decision.js';
 import type { EdgeLimiter } from '../limiter-adapter.js';
-import { type RateLimitPolicy, rateLimitHeaders } from '../rate-limit-headers.js';
+import { rateLimitHeaders } from '../rate-limit-headers.js';
 import { rateLimitedBody } from '../rate-limited-response.js';
 import {
   type MatchedBucket,
@@ -31,12 +38,7 @@ import { type PathRewrites, requestPathReadings } from '../rules/route-pattern.j
 import { clientResponseHeaders, upstreamRequestHeaders } from './forward-headers.js';
 import { lingeringClose } from './lingering-close.js';
 import type { ProxyBackend } from './proxy-backend.js';
-import {
-  type DecisionResult,
-  noProxyMetrics,
-  type ProxyMetrics,
-  type ProxyOutcome,
-} from './proxy-metrics.js';
+import { noProxyMetrics, type ProxyMetrics, type ProxyOutcome } from './proxy-metrics.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { joinTunnel, type Tunnel } from './tunnel.js';
@@ -95,16 +97,7 @@ interface ActiveRules {
   isTrustedPeer: (peer: string) => boolean;
 }
 
-interface BucketOutcome {
-  bucket: ProxyBucket;
-  decision: Decision | undefined;
-  result: DecisionResult;
-}
-
-interface Verdict {
-  allowed: boolean;
-  visible: { policy: RateLimitPolicy; decision: Decision }[];
-  rejectedBy: string[];
+interface Verdict extends PolicyVerdict {
   /** Set when a key header came on several lines: the request is answered 400, no bucket decided. */
   repeatedHeader?: string;
 }
@@ -364,33 +357,24 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     if (matched.length === 0) return ALLOW_UNLIMITED;
     const repeatedHeader = repeatedKeyHeader(matched, facts);
     if (repeatedHeader !== undefined) return { allowed: false, visible: [], rejectedBy: [], repeatedHeader };
-    const outcomes: (BucketOutcome | Promise<BucketOutcome>)[] = [];
+    const outcomes: (PolicyOutcome | Promise<PolicyOutcome>)[] = [];
     let pending = false;
     for (const match of matched) {
       const outcome = decideBucket(rules, match);
       if (outcome instanceof Promise) pending = true;
       outcomes.push(outcome);
     }
-    if (!pending) return combine(outcomes as BucketOutcome[]);
-    return Promise.all(outcomes).then(combine);
+    if (!pending) return combineOutcomes(outcomes as PolicyOutcome[]);
+    return Promise.all(outcomes).then(combineOutcomes);
   }
 
   /** One bucket; a limiter that throws admits (logged, counted as `error`): the proxy fails open. */
-  function decideBucket(rules: ActiveRules, match: MatchedBucket): BucketOutcome | Promise<BucketOutcome> {
+  function decideBucket(rules: ActiveRules, match: MatchedBucket): PolicyOutcome | Promise<PolicyOutcome> {
     const limiter = rules.limiters.get(match.bucket)!;
-    const cost = match.bucket.config.cost;
-    try {
-      if (limiter.kind === 'sync') return classify(match.bucket, limiter.limit(match.key, cost));
-      return limiter.limit(match.key, cost).then(
-        (decision) => classify(match.bucket, decision),
-        (error: unknown) => limiterFailed(match, error),
-      );
-    } catch (error) {
-      return limiterFailed(match, error);
-    }
+    return decideWithLimiter(limiter, match.key, match.bucket.config.cost, classify, limiterFailed, match);
   }
 
-  function limiterFailed(match: MatchedBucket, error: unknown): BucketOutcome {
+  function limiterFailed(error: unknown, match: MatchedBucket): PolicyOutcome {
     const nowMs = Date.now();
     if (nowMs - lastLimiterErrorLogMs >= LOG_INTERVAL_MS) {
       lastLimiterErrorLogMs = nowMs;
@@ -400,32 +384,14 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       );
     }
     metrics.decision(match.bucket.config.name, 'error');
-    return { bucket: match.bucket, decision: undefined, result: 'error' };
+    const { policy, shadow } = match.bucket;
+    return { policy, shadow, decision: undefined, result: 'error' };
   }
 
-  function classify(bucket: ProxyBucket, decision: Decision): BucketOutcome {
-    let result: DecisionResult;
-    if (decision.reason === 'fail-open') result = 'fail_open';
-    else if (decision.reason === 'fail-closed') result = bucket.shadow ? 'would_drop' : 'fail_closed';
-    else if (decision.reason === 'shadow' || (bucket.shadow && !decision.allowed)) result = 'would_drop';
-    else result = decision.allowed ? 'allowed' : 'rejected';
+  function classify(decision: Decision, { bucket }: MatchedBucket): PolicyOutcome {
+    const result = classifyDecision(decision, bucket.shadow);
     metrics.decision(bucket.config.name, result);
-    return { bucket, decision, result };
-  }
-
-  function combine(outcomes: BucketOutcome[]): Verdict {
-    const visible: Verdict['visible'] = [];
-    const rejectedBy: string[] = [];
-    for (const { bucket, decision, result } of outcomes) {
-      // Shadow buckets and undecided ones (limiter error, fail-open with no real count) stay invisible.
-      if (decision === undefined || bucket.shadow || result === 'fail_open') continue;
-      if (result === 'rejected' || result === 'fail_closed') rejectedBy.push(bucket.config.name);
-      visible.push({
-        policy: bucket.policy,
-        decision: result === 'would_drop' ? { ...decision, allowed: true } : decision,
-      });
-    }
-    return { allowed: rejectedBy.length === 0, visible, rejectedBy };
+    return { policy: bucket.policy, shadow: bucket.shadow, decision, result };
   }
 
   /**
