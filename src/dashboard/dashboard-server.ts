@@ -1,18 +1,9 @@
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
 import type { Logger } from '../ops/logger.js';
-import { formatHostPort } from '../protocol/host-port.js';
-import { createHostCheck } from '../server/host-allowlist.js';
-import {
-  answerClientErrors,
-  type ClientFailure,
-  continueSoundRequests,
-  requestHeadFault,
-  TIMEOUT_SWEEP_MS,
-  validateHeadersTimeoutMs,
-} from '../server/http-client-error.js';
+import { type ClientFailure, requestHeadFault } from '../server/http-client-error.js';
+import { createHttpServer } from '../server/http-server.js';
 import type { RawResponse } from '../server/raw-response.js';
 import type { AdminActions, AdminActor } from './admin-actions.js';
 import type { AdminOverrides } from './admin-overrides.js';
@@ -110,12 +101,21 @@ const acceptBody = z.strictObject({ id: z.string().min(1).max(256) });
  * admin routes need the bearer token and are audited.
  */
 export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
-  const host = options.host ?? '127.0.0.1';
-  const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { controller, overrides, admin, tuning, logger } = options;
   const adminToken = options.adminToken || undefined;
+  // Requests Node's parser rejects or its timeouts expire: the dashboard's error shape, not Node's
+  // bare status line.
+  const http = createHttpServer({
+    host: options.host,
+    port: options.port,
+    allowedHosts: options.allowedHosts ?? [],
+    headersTimeoutMs: options.headersTimeoutMs,
+    clientErrors: { respond: clientFailureResponse },
+    handle: (request, response) => {
+      route(request, response).catch((error: unknown) => failed(request, response, error));
+    },
+  });
   const assets: Map<string, StaticAsset> = loadStaticAssets(options.staticDir);
-  const hostServed = createHostCheck({ listenHost: host, allowedHosts: options.allowedHosts ?? [] });
   const history = createBucketHistory({ capacity: options.historyLength ?? 300 });
   const stream = createEventStream({
     maxClients: options.maxStreamClients ?? 32,
@@ -135,38 +135,6 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
       options.view,
     );
 
-  // `requireHostHeader: false`: an HTTP/1.1 request without Host gets the dashboard's own 400
-  // (`route`), not Node's bare one before any handler runs.
-  const serverOptions = {
-    requireHostHeader: false,
-    connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
-    headersTimeout,
-  };
-  const server = createServer(serverOptions, (request, response) => {
-    route(request, response).catch((error: unknown) => {
-      if (error instanceof ApiError) {
-        const headers: Record<string, string> = error.status === 401 ? authChallenge() : {};
-        if (error.code === ApiErrorCode.TooManyStreams || error.code === ApiErrorCode.CapacityExceeded)
-          headers['retry-after'] = String(STREAM_RETRY_AFTER_S);
-        if (error.status === 405)
-          headers.allow = ((error.details?.allow as string[] | undefined) ?? []).join(', ');
-        sendJson(response, error.status, error.toJSON(), headers);
-        return;
-      }
-      // Its body cut short and its connection gone: the client left, or sent a body Node could not
-      // parse (answered by `answerClientErrors`). Nobody to answer, and nothing failed here.
-      if (!request.complete && !request.socket.writable) return;
-      logger.error({ err: String(error), path: request.url }, 'dashboard request failed');
-      if (!response.headersSent)
-        sendJson(response, 500, { error: { code: 'ERR_INTERNAL', message: 'internal error' } });
-      else response.destroy();
-    });
-  });
-  // Requests Node's parser rejects or its timeouts expire: the dashboard's error shape, not Node's
-  // bare status line.
-  answerClientErrors(server, { respond: clientFailureResponse });
-  continueSoundRequests(server);
-
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
     // RFC 9112 §3.2 asks for a 400, not the Host check's 403: the request is malformed, whatever it
     // names. An HTTP/1.0 request may omit Host, and gets the 403 below.
@@ -177,7 +145,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     // Before anything else, admin routes included (their token stays required): a rebound name's
     // page must not read a byte, nor take an event-stream slot.
     const hostHeader = request.headers.host;
-    if (!hostServed(hostHeader)) {
+    if (!http.servesHost(hostHeader)) {
       throw new ApiError(
         403,
         ApiErrorCode.HostNotAllowed,
@@ -281,6 +249,26 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     }
   }
 
+  /** A request `route` threw for: its `ApiError` answered, anything else logged and a 500. */
+  function failed(request: IncomingMessage, response: ServerResponse, error: unknown): void {
+    if (error instanceof ApiError) {
+      const headers: Record<string, string> = error.status === 401 ? authChallenge() : {};
+      if (error.code === ApiErrorCode.TooManyStreams || error.code === ApiErrorCode.CapacityExceeded)
+        headers['retry-after'] = String(STREAM_RETRY_AFTER_S);
+      if (error.status === 405)
+        headers.allow = ((error.details?.allow as string[] | undefined) ?? []).join(', ');
+      sendJson(response, error.status, error.toJSON(), headers);
+      return;
+    }
+    // Its body cut short and its connection gone: the client left, or sent a body Node could not
+    // parse (answered by `answerClientErrors`). Nobody to answer, and nothing failed here.
+    if (!request.complete && !request.socket.writable) return;
+    logger.error({ err: String(error), path: request.url }, 'dashboard request failed');
+    if (!response.headersSent)
+      sendJson(response, 500, { error: { code: 'ERR_INTERNAL', message: 'internal error' } });
+    else response.destroy();
+  }
+
   function authorize(request: IncomingMessage): AdminActor {
     if (adminToken === undefined) {
       throw new ApiError(
@@ -310,15 +298,7 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
     return { name, remote: request.socket.remoteAddress ?? 'unknown' };
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
-  const address = formatHostPort(host, port);
+  const { address, port } = await http.listen();
 
   let closing: Promise<void> | undefined;
   return {
@@ -337,11 +317,10 @@ export async function startDashboardServer(options: DashboardServerOptions): Pro
       if (watched) stream.publish('tick', current);
     },
     close() {
-      closing ??= new Promise<void>((resolve) => {
+      if (closing === undefined) {
         stream.close();
-        server.close(() => resolve());
-        server.closeAllConnections();
-      });
+        closing = http.close();
+      }
       return closing;
     },
   };

@@ -1,15 +1,7 @@
-import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
-import type { AddressInfo } from 'node:net';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
-import { formatHostPort } from '../protocol/host-port.js';
-import { createHostCheck } from '../server/host-allowlist.js';
-import {
-  answerClientErrors,
-  continueSoundRequests,
-  requestHeadFault,
-  TIMEOUT_SWEEP_MS,
-  validateHeadersTimeoutMs,
-} from '../server/http-client-error.js';
+import { requestHeadFault } from '../server/http-client-error.js';
+import { createHttpServer } from '../server/http-server.js';
 
 const TEXT = 'text/plain; charset=utf-8';
 
@@ -57,32 +49,26 @@ export interface OpsServer {
  * node:http: two routes do not need a framework.
  */
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
-  const host = options.host ?? '127.0.0.1';
-  const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { registry, health } = options;
-  const hostServed = createHostCheck({ listenHost: host, allowedHosts: options.allowedHosts ?? [] });
-
-  // `requireHostHeader: false`: an HTTP/1.1 request without Host gets the ops server's own 400
-  // (`route`), not Node's bare one before any handler runs.
-  const serverOptions = {
-    requireHostHeader: false,
-    connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
-    headersTimeout,
-  };
-  const server = createServer(serverOptions, (request, response) => {
-    route(request, response).catch((error: unknown) => {
-      if (!response.headersSent) send(response, 500, TEXT, `ops endpoint failed: ${String(error)}\n`);
-      else response.destroy();
-    });
+  const http = createHttpServer({
+    host: options.host,
+    port: options.port,
+    allowedHosts: options.allowedHosts ?? [],
+    headersTimeoutMs: options.headersTimeoutMs,
+    clientErrors: {
+      respond: (failure) => ({
+        status: failure.status,
+        contentType: TEXT,
+        body: `${failure.message}\n`,
+      }),
+    },
+    handle: (request, response) => {
+      route(request, response).catch((error: unknown) => {
+        if (!response.headersSent) send(response, 500, TEXT, `ops endpoint failed: ${String(error)}\n`);
+        else response.destroy();
+      });
+    },
   });
-  answerClientErrors(server, {
-    respond: (failure) => ({
-      status: failure.status,
-      contentType: TEXT,
-      body: `${failure.message}\n`,
-    }),
-  });
-  continueSoundRequests(server);
 
   async function route(request: IncomingMessage, response: ServerResponse): Promise<void> {
     const headFault = requestHeadFault(request);
@@ -92,7 +78,7 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
     }
     // Before routing: a rebound name learns nothing, not even which paths exist.
     const hostHeader = request.headers.host;
-    if (!hostServed(hostHeader)) {
+    if (!http.servesHost(hostHeader)) {
       send(
         response,
         403,
@@ -132,28 +118,8 @@ export async function startOpsServer(options: OpsServerOptions): Promise<OpsServ
     );
   }
 
-  await new Promise<void>((resolve, reject) => {
-    server.once('error', reject);
-    server.listen(options.port ?? 0, host, () => {
-      server.off('error', reject);
-      resolve();
-    });
-  });
-  const port = (server.address() as AddressInfo).port;
-
-  let closing: Promise<void> | undefined;
-  return {
-    address: formatHostPort(host, port),
-    port,
-    close() {
-      closing ??= new Promise<void>((resolve) => {
-        server.close(() => resolve());
-        // Scrapers hold keep-alive connections; they must not delay shutdown.
-        server.closeAllConnections();
-      });
-      return closing;
-    },
-  };
+  const { address, port } = await http.listen();
+  return { address, port, close: http.close };
 }
 
 function send(
