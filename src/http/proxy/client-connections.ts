@@ -1,6 +1,6 @@
-import type { IncomingMessage, Server, ServerResponse } from 'node:http';
+import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Duplex } from 'node:stream';
-import { answerClientErrors, type ClientFailure } from '../../server/http-client-error.js';
+import type { ClientErrorOptions, ClientFailure } from '../../server/http-client-error.js';
 import type { ProxyMetrics, ProxyOutcome } from './proxy-metrics.js';
 import { rawJson } from './proxy-responses.js';
 
@@ -92,13 +92,13 @@ export class ClientConnections {
   }
 
   /**
-   * Requests Node's parser rejects or its timeout sweep expires: answered and counted as the
-   * proxy's other answers are, instead of Node's bare status lines (see http-client-error.ts). A
-   * request the proxy was handed counts the outcome its connection was cut for, not `client_abort`.
+   * For `answerClientErrors`: requests Node's parser rejects or its timeout sweep expires are
+   * answered and counted as the proxy's other answers are. A request the proxy was handed counts
+   * the outcome its connection was cut for, not `client_abort`.
    */
-  answerClientErrors(server: Server): void {
+  clientErrorOptions(): ClientErrorOptions {
     const metrics = this.#metrics;
-    answerClientErrors(server, {
+    return {
       respond: (failure) =>
         rawJson(failure.status, {}, { error: clientErrorOutcome(failure), message: failure.message }),
       lastExchange: (socket) => this.#records.get(socket)?.last,
@@ -107,7 +107,7 @@ export class ClientConnections {
         const record = this.#records.get(socket);
         if (record) record.cut = clientErrorOutcome(failure);
       },
-    });
+    };
   }
 }
 

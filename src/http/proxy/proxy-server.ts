@@ -74,18 +74,19 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
   const rules = activateRules(options.rules, backend);
   const upstream = new UpstreamPool(options.rules.upstream);
   metrics.watchQueue(() => upstream.queue.depth);
+  const connections = new ClientConnections(metrics);
+  const listenAt = { host: options.host ?? '127.0.0.1', port: options.port ?? 0 };
   const context: ProxyContext = {
     metrics,
     logger,
     rules,
     decider: new RequestDecider(metrics, logger),
     upstream,
-    connections: new ClientConnections(metrics),
+    connections,
     upgrades: new UpgradedConnections(),
-    lifecycle: new ServerLifecycle(options.rules),
+    lifecycle: new ServerLifecycle(options.rules, listenAt, connections.clientErrorOptions()),
   };
   const server = context.lifecycle.server;
-  context.connections.answerClientErrors(server);
   server.on('request', (req: IncomingMessage, res: ServerResponse) => serveRequest(context, req, res, false));
   // Decide before telling a client to send its body: a rejected upload is never transferred.
   server.on('checkContinue', (req: IncomingMessage, res: ServerResponse) =>
@@ -96,13 +97,13 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     (req: IncomingMessage, socket: Duplex, head: Buffer) => void serveUpgrade(context, req, socket, head),
   );
   server.on('connect', (_req: IncomingMessage, socket: Duplex) => refuseConnect(metrics, socket));
-  const { address, port } = await context.lifecycle.listen(options.port ?? 0, options.host ?? '127.0.0.1');
+  const { address, port } = await context.lifecycle.listen();
 
   return {
     address,
     port,
     get inFlight() {
-      return context.connections.inFlight;
+      return connections.inFlight;
     },
     get draining() {
       return context.lifecycle.draining;

@@ -1,6 +1,7 @@
-import { createServer, type Server } from 'node:http';
-import type { AddressInfo } from 'node:net';
-import { TIMEOUT_SWEEP_MS } from '../../server/http-client-error.js';
+import type { Server } from 'node:http';
+import { formatHostPort } from '../../protocol/host-port.js';
+import type { ClientErrorOptions } from '../../server/http-client-error.js';
+import { createHttpServer, type HttpServer } from '../../server/http-server.js';
 import type { ProxyRules } from '../rules/proxy-rules.js';
 import type { UpgradedConnections } from './upgrade-tunnelling.js';
 import type { UpstreamPool } from './upstream-pool.js';
@@ -14,10 +15,13 @@ const IDLE_SWEEP_MS = 50;
  */
 export class ServerLifecycle {
   readonly server: Server;
+  readonly #http: HttpServer;
   #draining = false;
 
-  constructor(rules: ProxyRules) {
-    this.server = createProxyHttpServer();
+  /** `clientErrors`: how the requests Node's server gives up on are answered and counted. */
+  constructor(rules: ProxyRules, listenAt: { host: string; port: number }, clientErrors: ClientErrorOptions) {
+    this.#http = createProxyHttpServer(listenAt, clientErrors);
+    this.server = this.#http.server;
     this.applyTimeouts(rules);
   }
 
@@ -32,19 +36,9 @@ export class ServerLifecycle {
   }
 
   /** Resolves with the `host:port` actually bound once the server accepts connections. */
-  async listen(port: number, host: string): Promise<{ address: string; port: number }> {
-    const server = this.server;
-    await new Promise<void>((resolve, reject) => {
-      server.once('error', reject);
-      server.listen(port, host, () => {
-        server.off('error', reject);
-        resolve();
-      });
-    });
-    const bound = server.address() as AddressInfo;
-    const address =
-      bound.family === 'IPv6' ? `[${bound.address}]:${bound.port}` : `${bound.address}:${bound.port}`;
-    return { address, port: bound.port };
+  async listen(): Promise<{ address: string; port: number }> {
+    const { bound } = await this.#http.listen();
+    return { address: formatHostPort(bound.address, bound.port), port: bound.port };
   }
 
   /**
@@ -92,16 +86,16 @@ export class ServerLifecycle {
 }
 
 /**
- * The proxy's Node server, with the settings every Spillway server shares. An HTTP/1.1 request
- * without Host is answered and counted by the proxy (`requestHeadFault`), not with Node's bare 400
- * before the request event.
+ * The proxy's server from the factory every Spillway server uses (src/server/http-server.ts),
+ * with no request handler: the proxy listens for `request` and `checkContinue` itself, so it
+ * decides before inviting a body. No `allowedHosts`: a reverse proxy serves whatever name its
+ * clients use. Its timeouts come from the rules (`applyTimeouts`), its stop is the drain.
  */
-function createProxyHttpServer(): Server {
-  return createServer({
-    keepAlive: true,
-    connectionsCheckingInterval: TIMEOUT_SWEEP_MS,
-    requireHostHeader: false,
-  });
+function createProxyHttpServer(
+  listenAt: { host: string; port: number },
+  clientErrors: ClientErrorOptions,
+): HttpServer {
+  return createHttpServer({ ...listenAt, keepAlive: true, clientErrors });
 }
 
 function countConnections(server: Server): number {
