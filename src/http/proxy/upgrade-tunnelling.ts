@@ -119,6 +119,10 @@ class QueuedUpgrade implements ConnectionWaiter {
   }
 }
 
+/**
+ * One upgrade, from Node handing its socket over to a tunnel, a relayed answer or the proxy's own
+ * answer. The socket counts in flight, and a drain waits for it, until it closes.
+ */
 class UpgradeRequest {
   readonly #context: ProxyContext;
   readonly #req: IncomingMessage;
@@ -138,8 +142,8 @@ class UpgradeRequest {
     this.#context.upgrades.release(this.#socket);
     this.#context.connections.countInFlight(-1);
   };
-  readonly #leave = (): void => this.#abort.abort(new ExchangeAbortError(CLIENT_GONE));
-  readonly #watch = (): void => {
+  readonly #clientLeft = (): void => this.#abort.abort(new ExchangeAbortError(CLIENT_GONE));
+  readonly #readForEnd = (): void => {
     this.#socket.read(0);
   };
 
@@ -155,9 +159,9 @@ class UpgradeRequest {
     // A client that leaves before the tunnel is joined: server sockets are half-open, so one that
     // goes away may only end its side; 'end' is seen only while the socket is read. `read(0)`
     // consumes nothing: bytes the client sends after its request stay buffered for the tunnel.
-    socket.on('readable', this.#watch);
-    socket.once('end', this.#leave);
-    socket.once('close', this.#leave);
+    socket.on('readable', this.#readForEnd);
+    socket.once('end', this.#clientLeft);
+    socket.once('close', this.#clientLeft);
     this.#rules = context.rules;
   }
 
@@ -179,10 +183,10 @@ class UpgradeRequest {
     }
   }
 
-  #stopWatching(): void {
-    this.#socket.off('readable', this.#watch);
-    this.#socket.off('end', this.#leave);
-    this.#socket.off('close', this.#leave);
+  #stopWatchingClient(): void {
+    this.#socket.off('readable', this.#readForEnd);
+    this.#socket.off('end', this.#clientLeft);
+    this.#socket.off('close', this.#clientLeft);
   }
 
   /** The target to forward, or undefined once the upgrade was refused (answered or cut). */
@@ -263,7 +267,7 @@ class UpgradeRequest {
       this.#holdsConnection = true;
     } else if (queue.isFull(config.maxQueued)) {
       clearTimeout(deadline);
-      this.#stopWatching();
+      this.#stopWatchingClient();
       metrics.request('upstream_queue_full');
       const message = upstream.queueFullMessage();
       sendRawJson(this.#socket, 503, limitHeaders, { error: 'upstream_queue_full', message });
@@ -303,7 +307,7 @@ class UpgradeRequest {
       queue.release();
     }
     clearTimeout(deadline);
-    this.#stopWatching();
+    this.#stopWatchingClient();
     this.#answered(answer, failure, upgrading, limitHeaders, headersTimeoutMs);
   }
 
