@@ -125,6 +125,56 @@ export function rateLimitHeaders(
 }
 
 /**
+ * The `RateLimit` field of one policy's decision, exactly as `rateLimitHeaders` writes it (a
+ * property test holds them equal), without its per-call arrays and objects: the field is rebuilt
+ * only when the rounded remaining or reset changes, which for the global limiter (remaining is the
+ * bucket's limit, reset now) is once per directive. `undefined` for a decision with no count
+ * (`limit: 0`, the global limiter before its first directive).
+ */
+export function createRateLimitField(
+  policy: RateLimitPolicy,
+): (decision: Decision, nowMs: number) => string | undefined {
+  let lastRemaining = Number.NaN;
+  let lastResetSec = Number.NaN;
+  let lastField = '';
+  return (decision, nowMs) => {
+    // `|| 0`: a NaN reset counts as 0 (Math.max alone would pass it on), so a rejection's t is
+    // still at least its Retry-After.
+    const untilResetMs = decision.resetAtMs - nowMs;
+    let resetMs = Math.max(0, untilResetMs || 0);
+    let remaining = 0;
+    if (!decision.allowed) {
+      resetMs = Math.max(resetMs, retryAfterSeconds(decision.retryAfterMs) * 1000);
+    } else {
+      if (decision.limit === 0) return undefined;
+      const left = decision.remaining;
+      remaining = Math.floor(Math.min(Math.max(0, left || 0), policy.limit));
+    }
+    // The same rounding as the shared formatter: remaining down, reset up (float noise forgiven).
+    const resetSec = Math.ceil(resetMs / 1000 - 1e-9);
+    if (remaining !== lastRemaining || resetSec !== lastResetSec) {
+      lastField = formatRateLimit([{ name: policy.name, remaining, resetSec }]);
+      lastRemaining = remaining;
+      lastResetSec = resetSec;
+    }
+    return lastField;
+  };
+}
+
+/** `members` added to a List field's value (a string, or one string per field line). */
+export function appendListMembers(existing: string | number | readonly string[], members: string): string {
+  let text = '';
+  if (typeof existing === 'object') {
+    for (const line of existing) {
+      if (line.trim() !== '') text = text === '' ? line : `${text}, ${line}`;
+    }
+  } else {
+    text = String(existing);
+  }
+  return text.trim() === '' ? members : `${text}, ${members}`;
+}
+
+/**
  * One policy's formatted text. `rateLimitMember` keeps its last `RateLimit` member: for the global
  * limiter (remaining is the bucket's limit) and for any bucket under light load the rounded
  * numbers repeat request after request, and the string need not be rebuilt.

@@ -2,8 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
 import fc from 'fast-check';
 import type { Decision } from '../../src/core/decision.js';
-import { rateLimitHeaders } from '../../src/http/rate-limit-headers.js';
-import { createRateLimitField } from '../../src/http/rate-limit-middleware.js';
+import { createRateLimitField, rateLimitHeaders } from '../../src/http/rate-limit-headers.js';
 
 const number = fc.oneof(
   fc.double({ noNaN: false }),

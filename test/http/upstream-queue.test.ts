@@ -1,11 +1,11 @@
 import assert from 'node:assert/strict';
 import { describe, it } from 'node:test';
-import { type PoolTurn, UpstreamQueue } from '../../src/http/proxy/upstream-queue.js';
+import { type ConnectionWaiter, UpstreamQueue } from '../../src/http/proxy/upstream-queue.js';
 
 // The queue for pooled upstream connections on its own: order, the cap, the sweep of entries that
 // gave up, and no overtaking while a freed connection is handed to the queue.
 
-class Turn implements PoolTurn {
+class Turn implements ConnectionWaiter {
   queued = false;
   wanted = true;
   constructor(
@@ -13,7 +13,7 @@ class Turn implements PoolTurn {
     readonly name: string,
     private readonly served: string[],
   ) {}
-  takeTurn(): void {
+  connectionFree(): void {
     this.queue.take();
     this.served.push(this.name);
   }

@@ -77,160 +77,185 @@ export interface ProxyBackendOptions {
 }
 
 export function createProxyBackend(config: BackendConfig, options: ProxyBackendOptions): ProxyBackend {
-  const cache = new Map<string, { signature: string; limiter: EdgeLimiter }>();
-  const cached = (bucket: ProxyBucket, build: () => EdgeLimiter): EdgeLimiter => {
+  const accepts = (other: BackendConfig) => JSON.stringify(other) === JSON.stringify(config);
+  switch (config.kind) {
+    case 'local':
+      return localBackend(config, accepts);
+    case 'redis':
+      return redisBackend(config, options, accepts);
+    case 'global':
+      return globalBackend(config, options, accepts);
+  }
+}
+
+type BackendOf<Kind extends BackendConfig['kind']> = Extract<BackendConfig, { kind: Kind }>;
+
+/** Each bucket name's limiter, kept while the bucket's limit and window stay the same. */
+class BucketLimiters {
+  readonly #entries = new Map<string, { signature: string; limiter: EdgeLimiter }>();
+
+  get(bucket: ProxyBucket, build: () => EdgeLimiter): EdgeLimiter {
     const { name, limit, windowSec } = bucket.config;
     const signature = `${limit}/${windowSec}`;
-    const entry = cache.get(name);
+    const entry = this.#entries.get(name);
     if (entry?.signature === signature) return entry.limiter;
     const limiter = build();
-    cache.set(name, { signature, limiter });
+    this.#entries.set(name, { signature, limiter });
     return limiter;
-  };
-  const sameConfig = (other: BackendConfig) => JSON.stringify(other) === JSON.stringify(config);
-  const keepOnly = (bucketNames: ReadonlySet<string>, tables?: Map<string, unknown>) => {
-    for (const name of cache.keys()) {
-      if (bucketNames.has(name)) continue;
-      cache.delete(name);
-      tables?.delete(name);
-    }
-  };
+  }
 
-  switch (config.kind) {
-    case 'local': {
-      /** The table behind each bucket name's current limiter (replaced with it when the bucket changes). */
-      const tables = new Map<string, KeyedTokenBucket>();
-      return {
-        kind: 'local',
-        globalLimiter: undefined,
-        limiterFor: (bucket) =>
-          cached(bucket, () => {
-            const table = createKeyedTokenBucket({
-              capacity: bucket.config.limit,
-              refillPerSec: bucket.config.limit / bucket.config.windowSec,
-              maxKeys: config.maxKeys,
-              // Not the local limiters' default coarse clock: its 1 ms ticker wakes the event loop
-              // a thousand times a second (~20 ms of CPU per second measured here, i.e. 20 µs per
-              // request at 1,000 req/s), where reading the real clock per request costs ~40 ns.
-              // The ticker only pays off beyond hundreds of thousands of decisions per second.
-              clock: systemClock,
-            });
-            tables.set(bucket.config.name, table);
-            return toEdgeLimiter(table);
-          }),
-        start: () => {},
-        close: async () => {},
-        accepts: sameConfig,
-        keyTables: () =>
-          [...tables].map(([bucket, table]) => ({
-            bucket,
-            keys: table.size,
-            maxKeys: table.maxKeys,
-            evictions: table.evictions,
-          })),
-        keepOnly: (bucketNames) => keepOnly(bucketNames, tables),
-      };
-    }
-    case 'redis': {
-      // Fail fast while disconnected (no offline queue, no retries per command): the limiter's
-      // own timeout and fail policy decide, rather than requests piling up behind a dead Redis.
-      const redis = new Redis(config.url, {
-        enableOfflineQueue: false,
-        maxRetriesPerRequest: 0,
-        autoResendUnfulfilledCommands: false,
-      });
-      let lastErrorLogMs = 0;
-      redis.on('error', (error: Error) => {
-        const nowMs = Date.now();
-        if (nowMs - lastErrorLogMs < 10_000) return;
-        lastErrorLogMs = nowMs;
-        options.logger?.warn({ err: error.message }, 'proxy: Redis connection error');
-      });
-      const client = ioredisAdapter(redis);
-      const build = (bucket: ProxyBucket): RedisLimiter => {
-        const common = {
-          redis: client,
-          prefix: `${config.prefix}:${bucket.config.name}`,
-          timeoutMs: config.timeoutMs,
-          failPolicy: config.failPolicy,
-          logger: options.logger,
-        };
-        const { limit, windowSec } = bucket.config;
-        const windowMs = windowSec * 1000;
-        switch (config.algorithm) {
-          case 'fixed-window':
-            return createRedisFixedWindow({ ...common, limit, windowMs });
-          case 'sliding-log':
-            return createRedisSlidingLog({ ...common, limit, windowMs });
-          case 'sliding-counter':
-            return createRedisSlidingCounter({ ...common, limit, windowMs });
-          case 'token-bucket':
-            return createRedisTokenBucket({ ...common, capacity: limit, refillPerSec: limit / windowSec });
-        }
-      };
-      return {
-        kind: 'redis',
-        globalLimiter: undefined,
-        limiterFor: (bucket) => cached(bucket, () => toEdgeLimiter(build(bucket))),
-        start: () => {},
-        close: async () => {
-          redis.disconnect();
-        },
-        accepts: sameConfig,
-        keyTables: () => [],
-        keepOnly,
-      };
-    }
-    case 'global': {
-      const limiter = createGlobalLimiter({
-        reporterId: options.id,
-        zone: config.zone,
-        region: config.region,
-        clients: options.controlClients ?? [],
-        intervalMs: config.intervalMs,
-        ...(config.stalePolicy === undefined ? {} : { stalePolicy: stalePolicyOf(config) }),
-        ...(config.burstGuard === undefined ? {} : { burstGuard: config.burstGuard }),
-        logger: options.logger,
-        ...options.global,
-      });
-      const edge = toEdgeLimiter(limiter);
-      const pinned = new Set<string>();
-      return {
-        kind: 'global',
-        globalLimiter: limiter,
-        limiterFor: (bucket) => {
-          // A bucket with a fixed key holds its table entry for good: otherwise a flood of distinct
-          // keys in another bucket fills the table, and a fixed-key bucket first used (or idle for
-          // idleExpiryMs) meanwhile is decided by the never-dropping overflow handle, i.e. unlimited.
-          const key = bucket.key.constant;
-          if (key !== undefined && !pinned.has(key)) {
-            try {
-              limiter.bucket(key);
-              pinned.add(key);
-            } catch (error) {
-              if (!(error instanceof SpillwayError && error.code === ErrorCode.CapacityExceeded)) throw error;
-              // Added by a reload while the table is full: decided by key like any other, until there is room.
-              options.logger?.warn(
-                { bucket: bucket.config.name, key, maxBuckets: limiter.snapshot().maxBuckets },
-                'proxy: the global limiter table is full; this fixed-key bucket is not reserved and may be decided by the overflow handle',
-              );
-            }
-          }
-          return edge;
-        },
-        start: () => limiter.start(),
-        close: () => limiter.stop({ finalReport: true }),
-        accepts: sameConfig,
-        keyTables: () => [],
-        // One limiter for every bucket; pinned fixed keys stay pinned (see above).
-        keepOnly: () => {},
-      };
+  /** Drops the limiters of other buckets, and their entries in `tables`. */
+  keepOnly(bucketNames: ReadonlySet<string>, tables?: Map<string, unknown>): void {
+    for (const name of this.#entries.keys()) {
+      if (bucketNames.has(name)) continue;
+      this.#entries.delete(name);
+      tables?.delete(name);
     }
   }
 }
 
+function localBackend(config: BackendOf<'local'>, accepts: ProxyBackend['accepts']): ProxyBackend {
+  const limiters = new BucketLimiters();
+  /** The table behind each bucket name's current limiter (replaced with it when the bucket changes). */
+  const tables = new Map<string, KeyedTokenBucket>();
+  return {
+    kind: 'local',
+    globalLimiter: undefined,
+    limiterFor: (bucket) =>
+      limiters.get(bucket, () => {
+        const table = createKeyedTokenBucket({
+          capacity: bucket.config.limit,
+          refillPerSec: bucket.config.limit / bucket.config.windowSec,
+          maxKeys: config.maxKeys,
+          // Not the local limiters' default coarse clock: at request rates reading the real clock
+          // per request costs less than its 1 ms ticker (docs/local-limiters.md, "The coarse clock").
+          clock: systemClock,
+        });
+        tables.set(bucket.config.name, table);
+        return toEdgeLimiter(table);
+      }),
+    start: () => {},
+    close: async () => {},
+    accepts,
+    keyTables: () =>
+      [...tables].map(([bucket, table]) => ({
+        bucket,
+        keys: table.size,
+        maxKeys: table.maxKeys,
+        evictions: table.evictions,
+      })),
+    keepOnly: (bucketNames) => limiters.keepOnly(bucketNames, tables),
+  };
+}
+
+function redisBackend(
+  config: BackendOf<'redis'>,
+  options: ProxyBackendOptions,
+  accepts: ProxyBackend['accepts'],
+): ProxyBackend {
+  const limiters = new BucketLimiters();
+  // Fail fast while disconnected (no offline queue, no retries per command): the limiter's
+  // own timeout and fail policy decide, rather than requests piling up behind a dead Redis.
+  const redis = new Redis(config.url, {
+    enableOfflineQueue: false,
+    maxRetriesPerRequest: 0,
+    autoResendUnfulfilledCommands: false,
+  });
+  let lastErrorLogMs = 0;
+  redis.on('error', (error: Error) => {
+    const nowMs = Date.now();
+    if (nowMs - lastErrorLogMs < 10_000) return;
+    lastErrorLogMs = nowMs;
+    options.logger?.warn({ err: error.message }, 'proxy: Redis connection error');
+  });
+  const client = ioredisAdapter(redis);
+  const build = (bucket: ProxyBucket): RedisLimiter => {
+    const common = {
+      redis: client,
+      prefix: `${config.prefix}:${bucket.config.name}`,
+      timeoutMs: config.timeoutMs,
+      failPolicy: config.failPolicy,
+      logger: options.logger,
+    };
+    const { limit, windowSec } = bucket.config;
+    const windowMs = windowSec * 1000;
+    switch (config.algorithm) {
+      case 'fixed-window':
+        return createRedisFixedWindow({ ...common, limit, windowMs });
+      case 'sliding-log':
+        return createRedisSlidingLog({ ...common, limit, windowMs });
+      case 'sliding-counter':
+        return createRedisSlidingCounter({ ...common, limit, windowMs });
+      case 'token-bucket':
+        return createRedisTokenBucket({ ...common, capacity: limit, refillPerSec: limit / windowSec });
+    }
+  };
+  return {
+    kind: 'redis',
+    globalLimiter: undefined,
+    limiterFor: (bucket) => limiters.get(bucket, () => toEdgeLimiter(build(bucket))),
+    start: () => {},
+    close: async () => {
+      redis.disconnect();
+    },
+    accepts,
+    keyTables: () => [],
+    keepOnly: (bucketNames) => limiters.keepOnly(bucketNames),
+  };
+}
+
+function globalBackend(
+  config: BackendOf<'global'>,
+  options: ProxyBackendOptions,
+  accepts: ProxyBackend['accepts'],
+): ProxyBackend {
+  const limiter = createGlobalLimiter({
+    reporterId: options.id,
+    zone: config.zone,
+    region: config.region,
+    clients: options.controlClients ?? [],
+    intervalMs: config.intervalMs,
+    ...(config.stalePolicy === undefined ? {} : { stalePolicy: stalePolicyOf(config) }),
+    ...(config.burstGuard === undefined ? {} : { burstGuard: config.burstGuard }),
+    logger: options.logger,
+    ...options.global,
+  });
+  const edge = toEdgeLimiter(limiter);
+  const pinned = new Set<string>();
+  return {
+    kind: 'global',
+    globalLimiter: limiter,
+    limiterFor: (bucket) => {
+      // A bucket with a fixed key holds its table entry for good: otherwise a flood of distinct
+      // keys in another bucket fills the table, and a fixed-key bucket first used (or idle for
+      // idleExpiryMs) meanwhile is decided by the never-dropping overflow handle, i.e. unlimited.
+      const key = bucket.key.constant;
+      if (key !== undefined && !pinned.has(key)) {
+        try {
+          limiter.bucket(key);
+          pinned.add(key);
+        } catch (error) {
+          if (!(error instanceof SpillwayError && error.code === ErrorCode.CapacityExceeded)) throw error;
+          // Added by a reload while the table is full: decided by key like any other, until there is room.
+          options.logger?.warn(
+            { bucket: bucket.config.name, key, maxBuckets: limiter.snapshot().maxBuckets },
+            'proxy: the global limiter table is full; this fixed-key bucket is not reserved and may be decided by the overflow handle',
+          );
+        }
+      }
+      return edge;
+    },
+    start: () => limiter.start(),
+    close: () => limiter.stop({ finalReport: true }),
+    accepts,
+    keyTables: () => [],
+    // One limiter for every bucket; pinned fixed keys stay pinned (see above).
+    keepOnly: () => {},
+  };
+}
+
 /** The rules file's stale policy as the global limiter takes it; an absent hold is 3 intervals. */
-function stalePolicyOf(config: Extract<BackendConfig, { kind: 'global' }>): StalePolicy | undefined {
+function stalePolicyOf(config: BackendOf<'global'>): StalePolicy | undefined {
   const policy = config.stalePolicy;
   if (policy === undefined || policy.kind !== 'hold-then-decay') return policy;
   return {

@@ -1,3 +1,8 @@
+import type { DecisionResult } from '../edge-decision.js';
+
+/** One bucket decision, classified as the middleware classifies its policy's. */
+export type { DecisionResult } from '../edge-decision.js';
+
 /**
  * What the proxy counts as it happens (a few increments per request); the Prometheus
  * implementation is ops/proxy-metrics.ts. Bucket labels are rule names from the rules file, never
@@ -26,9 +31,6 @@ export type ProxyOutcome =
   | 'answered_locally'
   /** An upgrade arriving while the proxy drains: 503 from the proxy, never forwarded (a tunnel would outlive the drain). */
   | 'draining';
-
-/** One bucket decision: `would_drop` is a shadow bucket's rejection (admitted), `error` a limiter that threw (admitted). */
-export type DecisionResult = 'allowed' | 'rejected' | 'would_drop' | 'fail_open' | 'fail_closed' | 'error';
 
 export interface ProxyMetrics {
   request(outcome: ProxyOutcome): void;

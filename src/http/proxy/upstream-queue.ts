@@ -1,13 +1,13 @@
 import { Fifo } from './fifo.js';
 
 /** A request or an upgrade waiting for one of the pool's connections. */
-export interface PoolTurn {
+export interface ConnectionWaiter {
   /** In the queue. */
   queued: boolean;
   /** Still wants a connection: not answered or abandoned while it waited. */
   readonly wanted: boolean;
   /** A connection is free for it: it takes it (`UpstreamQueue.take`), or declines. */
-  takeTurn(): void;
+  connectionFree(): void;
 }
 
 /** Answered or abandoned entries are swept out once they are this many and half the queue. */
@@ -26,7 +26,7 @@ const SWEEP_MIN = 64;
  */
 export class UpstreamQueue {
   private inPool = 0;
-  private readonly waiting = new Fifo<PoolTurn>();
+  private readonly waiting = new Fifo<ConnectionWaiter>();
   private abandoned = 0;
   private readonly serve = () => this.serveWaiting();
 
@@ -55,7 +55,7 @@ export class UpstreamQueue {
     return this.depth >= maxQueued;
   }
 
-  /** Takes a connection: after `hasRoom()`, or in `takeTurn()`. */
+  /** Takes a connection: after `hasRoom()`, or in `connectionFree()`. */
   take(): void {
     this.inPool++;
   }
@@ -67,9 +67,9 @@ export class UpstreamQueue {
     if (this.waiting.length > 0) queueMicrotask(this.serve);
   }
 
-  wait(turn: PoolTurn): void {
-    turn.queued = true;
-    this.waiting.push(turn);
+  wait(waiter: ConnectionWaiter): void {
+    waiter.queued = true;
+    this.waiting.push(waiter);
     // Room already (the queue is being served): make sure it is served.
     if (this.inPool < this.connections) queueMicrotask(this.serve);
   }
@@ -79,9 +79,9 @@ export class UpstreamQueue {
     this.abandoned++;
     if (this.abandoned < SWEEP_MIN || this.abandoned * 2 < this.waiting.length) return;
     this.waiting.retain(
-      (turn) => turn.wanted,
-      (turn) => {
-        turn.queued = false;
+      (waiter) => waiter.wanted,
+      (waiter) => {
+        waiter.queued = false;
       },
     );
     this.abandoned = 0;
@@ -93,7 +93,7 @@ export class UpstreamQueue {
       const next = this.waiting.shift();
       if (next === undefined) return;
       next.queued = false;
-      if (next.wanted) next.takeTurn();
+      if (next.wanted) next.connectionFree();
       else this.abandoned--;
     }
   }
