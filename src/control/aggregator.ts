@@ -13,18 +13,18 @@ import {
   Tier,
 } from '../gen/spillway/v1/control_pb.js';
 import { acknowledgingId } from '../protocol/acknowledging-id.js';
-import { hostsSpokenFor } from '../protocol/hosts-spoken-for.js';
 import { MAX_REPORT_WINDOW_MS, RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
+import { trustedHostCount } from '../protocol/trusted-host-count.js';
 import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
-import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
-import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
+import { ExpiredReporterArrivals, isLateReport, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { selectBusiest } from './select-busiest.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
+import { wouldAdmitMore } from './would-admit-more.js';
 
 export interface AggregatorOptions {
   /** Reporter id upward and responder id downward. */
@@ -167,7 +167,7 @@ export interface AggregatorCounters {
   expiredHosts: number;
   /**
    * Reporters held out of the sums on (re)joining because another aggregator acknowledged their
-   * last report recently enough that it still counts them (one per joining; see `holdOut`).
+   * last report recently enough that it still counts them (one per joining; see `excludeWhileCountedElsewhere`).
    */
   heldOutReporters: number;
   /** Host usages scaled down by `reporterCap` (one per host, bucket and forward), by the host's tier. */
@@ -260,7 +260,7 @@ interface HostState {
   lastWindowEndMs: bigint;
   arrivals: ReportArrivals;
   usage: HostUsage[];
-  /** Left out of the sums until then: the aggregator it came from still counts it (`holdOut`). */
+  /** Left out of the sums until then: the aggregator it came from still counts it (`excludeWhileCountedElsewhere`). */
   heldOutUntilMs: number;
 }
 
@@ -327,7 +327,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   let intervalMs = configuredIntervalMs;
   const hosts = new Map<string, HostState>();
   /** Forgotten hosts' report timing, for a report of theirs that turns up late. */
-  const departed = new DepartedArrivals(maxHosts);
+  const expiredArrivals = new ExpiredReporterArrivals(maxHosts);
   const buckets = new Map<string, BucketEntry>();
   const parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
   let sequence = 0n;
@@ -373,7 +373,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   const hostGraceMs = () => options.hostGraceMs ?? 2.5 * intervalMs;
   const hostExpiryMs = () => options.hostExpiryMs ?? 10 * intervalMs;
   const timeoutMs = () => options.reportTimeoutMs ?? Math.max(1, intervalMs / 2);
-  /** In the sums: reported within the grace, and not held out (`holdOut`). */
+  /** In the sums: reported within the grace, and not held out (`excludeWhileCountedElsewhere`). */
   const isCounted = (host: HostState, nowMs: number, grace: number) =>
     nowMs - host.lastSeenMs <= grace && nowMs >= host.heldOutUntilMs;
 
@@ -388,7 +388,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     for (const [id, host] of hosts) {
       if (nowMs - host.lastSeenMs > expiry) {
         hosts.delete(id);
-        departed.remember(id, host.arrivals);
+        expiredArrivals.remember(id, host.arrivals);
         counters.expiredHosts++;
       }
     }
@@ -428,13 +428,13 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     const nowMs = scheduler.nowMs();
     const key = reporterKey(request, context);
     let host = hosts.get(key);
-    const arrivals = host?.arrivals ?? departed.take(key);
+    const arrivals = host?.arrivals ?? expiredArrivals.take(key);
     // A retry of a report already counted is a duplicate (below); news is judged by its age.
-    if (isOldNews(host, arrivals, request, nowMs, intervalMs, hosts.values())) {
+    if (isLateReport(host, arrivals, request, nowMs, intervalMs, hosts.values())) {
       counters.reports++;
       counters.lateReports++;
-      if (!host) departed.remember(key, arrivals);
-      // Old news: the sender has reported since, or gave up on this report long ago.
+      if (!host) expiredArrivals.remember(key, arrivals);
+      // Late: the sender has reported since, or gave up on this report long ago.
       return create(ReportResponseSchema, {
         directives: [],
         reportIntervalMs: intervalMs,
@@ -449,7 +449,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     if (!host) {
       if (hosts.size >= maxHosts) expire(nowMs);
       if (hosts.size >= maxHosts) {
-        departed.remember(key, arrivals);
+        expiredArrivals.remember(key, arrivals);
         reject(
           new SpillwayError(ErrorCode.CapacityExceeded, `aggregator tracks ${maxHosts} hosts already`, {
             field: 'reporterId',
@@ -483,7 +483,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       host.lastWindowEndMs = request.windowEndMs;
       host.zone = request.zone;
       host.tier = request.tier;
-      host.hostCount = hostsSpokenFor(request);
+      host.hostCount = trustedHostCount(request);
       const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
       const usage: HostUsage[] = [];
       for (const [index, entry] of request.buckets.entries()) {
@@ -535,7 +535,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         });
       }
       host.usage = usage;
-      if (!wasCounted) holdOut(host, request, nowMs);
+      if (!wasCounted) excludeWhileCountedElsewhere(host, request, nowMs);
     }
     const directives: Directive[] = [];
     for (const usage of host.usage) {
@@ -564,7 +564,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
    * at its parent until the child expiry. Measured, with what it cuts and what it costs:
    * docs/control-plane.md, "Moving to another aggregator".
    */
-  function holdOut(host: HostState, request: ReportRequest, nowMs: number): void {
+  function excludeWhileCountedElsewhere(host: HostState, request: ReportRequest, nowMs: number): void {
     host.heldOutUntilMs = Number.NEGATIVE_INFINITY;
     const other = request.acknowledgedBy;
     if (other === '' || other === options.id) return;
@@ -588,7 +588,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
    * The cached directive with the TTL it has left, or undefined when stale or absent, or withheld.
    *
    * Withheld: the host (re)joined the bucket's sums after the forward that brought the directive,
-   * and its ratio would let the host admit more than it does now (`loosens`). Such a directive
+   * and its ratio would let the host admit more than it does now (`wouldAdmitMore`). Such a directive
    * was computed without the host: when its hosts were cut off one after another, this
    * aggregator's last forwards before losing its own carried only part of the fleet (the other
    * aggregators' hosts already past their grace), and the ratio that came back was near 0. A
@@ -606,7 +606,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     if (remainingMs <= 0) return undefined;
     if (
       cached.forwardSequence < usage.joinedForward &&
-      loosens(cached.received.dropRatio, usage, usage.offeredCalls)
+      wouldAdmitMore(cached.received.dropRatio, usage, usage.offeredCalls)
     ) {
       counters.withheldDirectives++;
       return undefined;

@@ -17,18 +17,18 @@ import {
   ReportResponseSchema,
   type Tier,
 } from '../gen/spillway/v1/control_pb.js';
-import { hostsSpokenFor } from '../protocol/hosts-spoken-for.js';
+import { trustedHostCount } from '../protocol/trusted-host-count.js';
 import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
-import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
-import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
+import { ExpiredReporterArrivals, isLateReport, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { selectBusiest } from './select-busiest.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
+import { wouldAdmitMore } from './would-admit-more.js';
 
 export interface ControllerOptions {
   /** Responder identity put in every reply. */
@@ -197,7 +197,7 @@ interface Group {
   computed: boolean;
   /**
    * Computed from reports alone, no tick since: the sums may lack children that have not reported
-   * yet (a controller just started), so the ratio may be too low. See `loosensChild`.
+   * yet (a controller just started), so the ratio may be too low. See `childWouldAdmitMore`.
    */
   partial: boolean;
   /** `version` when the ratio was last computed; directives carry it. */
@@ -219,17 +219,17 @@ interface BucketState {
    * A tick counted no child's usage of the bucket while it is kept: every child expired (the
    * controller was cut off from them), or none reports it any more (their hosts were cut off).
    */
-  emptied: boolean;
+  unreportedAtLastTick: boolean;
   /**
-   * Set by the first report that brings an emptied bucket back, childExpiryMs on (a child not back
+   * Set by the first report that brings such a bucket back, childExpiryMs on (a child not back
    * by then would have expired anyway): until then its sums hold only the children back so far,
-   * and its ratios are sent only where they do not loosen what a child's hosts apply (`loosensChild`).
+   * and its ratios are sent only where they do not loosen what a child's hosts apply (`childWouldAdmitMore`).
    */
   regatherUntilMs: number;
   /**
    * Set by the first report of a bucket whose hosts apply an earlier controller's ratio (this one
    * has just started), childExpiryMs on: until then a child whose hosts are still on that earlier
-   * ratio (`ChildUsage.heldEpoch`) gets no ratio that loosens theirs (`loosensChild`). Once its
+   * ratio (`ChildUsage.heldEpoch`) gets no ratio that loosens theirs (`childWouldAdmitMore`). Once its
    * hosts apply this controller's ratio, it gets every ratio, looser ones included.
    */
   earlierEpochUntilMs: number;
@@ -280,7 +280,7 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * tick's, which takes one interval out of the loop's lag (docs/accuracy.md). A bucket reported
  * for the first time (every bucket, once a controller restarts) gets its first ratio the same way,
  * from the children that reported it so far; until a tick has counted every child such a partial
- * ratio is only sent where it does not loosen what the child's hosts apply (`loosensChild`). So are
+ * ratio is only sent where it does not loosen what the child's hosts apply (`childWouldAdmitMore`). So are
  * the ratios of a bucket a tick found no child reporting (every child expired: the controller was
  * cut off from them; or none reports it: their hosts were cut off from them), for childExpiryMs
  * after the first report brings it back: its children come back one at a time, the first one's
@@ -309,7 +309,7 @@ export function createController(options: ControllerOptions): Controller {
 
   const children = new Map<string, ChildState>();
   /** Forgotten children's report timing, for a report of theirs that turns up late. */
-  const departed = new DepartedArrivals(maxChildren);
+  const expiredArrivals = new ExpiredReporterArrivals(maxChildren);
   const buckets = new Map<string, BucketState>();
   /** Live instances per template, for `maxInstances`. */
   const instances = new Map<string, number>();
@@ -378,7 +378,7 @@ export function createController(options: ControllerOptions): Controller {
       resolved,
       removed: false,
       awaitingTick: false,
-      emptied: false,
+      unreportedAtLastTick: false,
       regatherUntilMs: Number.NEGATIVE_INFINITY,
       earlierEpochUntilMs: Number.NEGATIVE_INFINITY,
       lastReportedMs: 0,
@@ -410,7 +410,7 @@ export function createController(options: ControllerOptions): Controller {
     for (const [id, child] of children) {
       if (child.lastSeenMs < oldestMs) {
         children.delete(id);
-        departed.remember(id, child.arrivals);
+        expiredArrivals.remember(id, child.arrivals);
         counters.expiredChildren++;
       }
     }
@@ -432,13 +432,13 @@ export function createController(options: ControllerOptions): Controller {
     const nowMs = scheduler.nowMs();
     const key = reporterKey(request, context);
     let child = children.get(key);
-    const arrivals = child?.arrivals ?? departed.take(key);
+    const arrivals = child?.arrivals ?? expiredArrivals.take(key);
     // A retry of a report already counted is a duplicate (below); news is judged by its age.
-    if (isOldNews(child, arrivals, request, nowMs, limits.config.intervalMs, children.values())) {
+    if (isLateReport(child, arrivals, request, nowMs, limits.config.intervalMs, children.values())) {
       counters.reports++;
       counters.lateReports++;
-      if (!child) departed.remember(key, arrivals);
-      // Old news: the sender has reported since, or gave up on this report long ago.
+      if (!child) expiredArrivals.remember(key, arrivals);
+      // Late: the sender has reported since, or gave up on this report long ago.
       return create(ReportResponseSchema, {
         directives: [],
         reportIntervalMs: limits.config.intervalMs,
@@ -449,7 +449,7 @@ export function createController(options: ControllerOptions): Controller {
     if (!child) {
       if (children.size >= maxChildren) expireChildren(nowMs);
       if (children.size >= maxChildren) {
-        departed.remember(key, arrivals);
+        expiredArrivals.remember(key, arrivals);
         warnCapacity('maxChildren', maxChildren);
         reject(
           new SpillwayError(ErrorCode.CapacityExceeded, `controller tracks ${maxChildren} children already`, {
@@ -483,7 +483,7 @@ export function createController(options: ControllerOptions): Controller {
       child.tier = request.tier;
       child.zone = request.zone;
       child.region = request.region;
-      child.hostCount = hostsSpokenFor(request);
+      child.hostCount = trustedHostCount(request);
       const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
       const usage: ChildUsage[] = [];
       for (const entry of request.buckets) {
@@ -501,8 +501,8 @@ export function createController(options: ControllerOptions): Controller {
           }
         }
         bucket.lastReportedMs = nowMs;
-        if (bucket.emptied) {
-          bucket.emptied = false;
+        if (bucket.unreportedAtLastTick) {
+          bucket.unreportedAtLastTick = false;
           bucket.regatherUntilMs = nowMs + childExpiryMs;
         }
         usage.push({
@@ -535,7 +535,10 @@ export function createController(options: ControllerOptions): Controller {
       if (!group?.computed) continue;
       const onEarlierEpoch =
         nowMs < bucket.earlierEpochUntilMs && usage.heldEpoch !== 0n && usage.heldEpoch < epochBig;
-      if ((group.partial || onEarlierEpoch || nowMs < bucket.regatherUntilMs) && loosensChild(group, usage)) {
+      if (
+        (group.partial || onEarlierEpoch || nowMs < bucket.regatherUntilMs) &&
+        childWouldAdmitMore(group, usage)
+      ) {
         continue;
       }
       group.directive ??= create(DirectiveSchema, {
@@ -555,7 +558,7 @@ export function createController(options: ControllerOptions): Controller {
 
   /**
    * Whether `group`'s partial ratio would let the child's hosts admit more than they do now
-   * (`loosens`): then the reply leaves the bucket out, and the hosts keep the ratio they hold until
+   * (`wouldAdmitMore`): then the reply leaves the bucket out, and the hosts keep the ratio they hold until
    * a tick has counted every child (or the bucket's regathering is over). A partial sum can only
    * under-count the offered rate, so its ratio is a lower bound: sent when it asks at least as much
    * as the hosts already do (after an outage, when their held ratio decayed; a new bucket, which
@@ -563,9 +566,9 @@ export function createController(options: ControllerOptions): Controller {
    * forward to a restarted controller, its sum a tenth of the fleet's; the first aggregator's
    * forward after a partition that expired every child, its sum its own hosts' share).
    */
-  function loosensChild(group: Group, usage: ChildUsage): boolean {
+  function childWouldAdmitMore(group: Group, usage: ChildUsage): boolean {
     // Reports cover about an interval: the calls the share was measured on.
-    return loosens(group.dropRatio, usage, (usage.offeredRps * limits.config.intervalMs) / 1000);
+    return wouldAdmitMore(group.dropRatio, usage, (usage.offeredRps * limits.config.intervalMs) / 1000);
   }
 
   function resetGroup(group: Group): void {
@@ -728,7 +731,7 @@ export function createController(options: ControllerOptions): Controller {
         counters.expiredBuckets++;
         continue;
       }
-      if (bucket.total.children === 0) bucket.emptied = true;
+      if (bucket.total.children === 0) bucket.unreportedAtLastTick = true;
       if (bucket.zones) {
         for (const [zone, group] of bucket.zones) {
           // A zone whose children all expired: its memory goes with them (bounded by zones seen).

@@ -88,11 +88,11 @@ export function fleetUsualOffsetMs(senders: Iterable<{ arrivals: ReportArrivals 
 }
 
 /**
- * The arrivals of reporters that were forgotten (expired), so a report that turns up after its
- * sender's state was dropped is still judged against the sender's usual. Bounded: the oldest entry
- * goes first.
+ * The arrivals of reporters whose state expired, so a report that turns up after its sender's
+ * state was dropped is still judged against the sender's usual. Bounded: the oldest entry goes
+ * first.
  */
-export class DepartedArrivals {
+export class ExpiredReporterArrivals {
   readonly #entries = new Map<string, ReportArrivals>();
   readonly #max: number;
 
@@ -109,7 +109,7 @@ export class DepartedArrivals {
     }
   }
 
-  /** The reporter's arrivals if it departed (and forgets them here), else a fresh record. */
+  /** The reporter's arrivals if it expired (and forgets them here), else a fresh record. */
   take(key: string): ReportArrivals {
     const arrivals = this.#entries.get(key);
     if (arrivals === undefined) return new ReportArrivals();
@@ -130,15 +130,15 @@ export interface ReportSender {
 }
 
 /**
- * Whether a report is old news that a receiver must leave out of its sums: not a retry of one
+ * Whether a report is late, so that a receiver must leave it out of its sums: not a retry of one
  * already counted (that is a duplicate, answered as before), and either older than the last one
  * applied from its sender or late against the sender's usual arrival.
  *
  * `sender` is undefined when the receiver has no state for it (new, or expired: then `arrivals`
- * comes from `DepartedArrivals`); `senders` are the others, whose median usual judges a first report.
+ * comes from `ExpiredReporterArrivals`); `senders` are the others, whose median usual judges a first report.
  * Remembers the report's arrival in `arrivals` either way.
  */
-export function isOldNews(
+export function isLateReport(
   sender: ReportSender | undefined,
   arrivals: ReportArrivals,
   report: { sequence: bigint; windowEndMs: bigint },

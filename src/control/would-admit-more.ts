@@ -25,7 +25,7 @@ export interface ReportedUsage {
  * its children, an aggregator's cached directive from a forward without a host that is back): such
  * a ratio is a lower bound, sent where it tightens and withheld where it would undo a ratio in force.
  */
-export function loosens(dropRatio: number, usage: ReportedUsage, calls: number): boolean {
+export function wouldAdmitMore(dropRatio: number, usage: ReportedUsage, calls: number): boolean {
   if (!(usage.offeredRps > 0)) return false;
   const admittedNow = Math.min(1, Math.max(0, usage.admittedRps - usage.wouldDropRps) / usage.offeredRps);
   const noise = PARTIAL_NOISE_Z * Math.sqrt((admittedNow * (1 - admittedNow)) / Math.max(1, calls));
