@@ -1,6 +1,6 @@
 import { create } from '@bufbuild/protobuf';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
-import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
 import {
   type BucketUsage,
   BucketUsageSchema,
@@ -14,16 +14,13 @@ import {
 } from '../gen/spillway/v1/control_pb.js';
 import { acknowledgingId } from '../protocol/acknowledging-id.js';
 import { MAX_REPORT_WINDOW_MS, RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
-import { trustedHostCount } from '../protocol/trusted-host-count.js';
-import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
+import type { ReportLimits } from '../protocol/validate-report.js';
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
+import { ChildLedger } from './child-ledger.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
-import { RecentSequences } from './recent-sequences.js';
-import { ExpiredReporterArrivals, isLateReport, type ReportArrivals } from './report-arrivals.js';
-import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
+import { type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { selectBusiest } from './select-busiest.js';
 import { type TierName, tierName } from './tier-name.js';
-import { checkTokenZone, reporterKey } from './token-zone.js';
 import { wouldAdmitMore } from './would-admit-more.js';
 
 export interface AggregatorOptions {
@@ -249,21 +246,6 @@ interface HostUsage {
   joinedForward: bigint;
 }
 
-interface HostState {
-  id: string;
-  zone: string;
-  tier: Tier;
-  hostCount: number;
-  lastSeenMs: number;
-  sequences: RecentSequences;
-  /** Window end (sender's clock) of the last report applied. */
-  lastWindowEndMs: bigint;
-  arrivals: ReportArrivals;
-  usage: HostUsage[];
-  /** Left out of the sums until then: the aggregator it came from still counts it (`excludeWhileCountedElsewhere`). */
-  heldOutUntilMs: number;
-}
-
 /**
  * Relayed TTLs are refreshed at most this often: replies share one directive object per bucket, and
  * a host may see a TTL up to this much longer than exact. Small next to any sane TTL (seconds).
@@ -325,9 +307,6 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   }
 
   let intervalMs = configuredIntervalMs;
-  const hosts = new Map<string, HostState>();
-  /** Forgotten hosts' report timing, for a report of theirs that turns up late. */
-  const expiredArrivals = new ExpiredReporterArrivals(maxHosts);
   const buckets = new Map<string, BucketEntry>();
   const parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
   let sequence = 0n;
@@ -350,11 +329,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   /** Per parent: waiting for its connection to come back after a failure (`whenConnected`). */
   const reconnectWatches: (Cancellable | undefined)[] = options.parents.map(() => undefined);
 
-  const counters: AggregatorCounters = {
-    reports: 0,
-    duplicateReports: 0,
-    lateReports: 0,
-    rejectedReports: {},
+  const counters = {
     forwards: 0,
     forwardFailures: 0,
     parentFailures: 0,
@@ -365,42 +340,44 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     withheldDirectives: 0,
     bucketsOverCapacity: 0,
     bucketsLeftOutOfForwards: 0,
-    expiredHosts: 0,
-    heldOutReporters: 0,
-    clippedUsages: {},
   };
 
   const hostGraceMs = () => options.hostGraceMs ?? 2.5 * intervalMs;
   const hostExpiryMs = () => options.hostExpiryMs ?? 10 * intervalMs;
   const timeoutMs = () => options.reportTimeoutMs ?? Math.max(1, intervalMs / 2);
-  /** In the sums: reported within the grace, and not held out (`excludeWhileCountedElsewhere`). */
-  const isCounted = (host: HostState, nowMs: number, grace: number) =>
-    nowMs - host.lastSeenMs <= grace && nowMs >= host.heldOutUntilMs;
 
-  function reject(error: unknown): never {
-    const code = isSpillwayError(error) ? error.code : 'ERR_UNKNOWN';
-    counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
-    throw error;
-  }
+  const ledger = new ChildLedger<BucketEntry, HostUsage>({
+    selfId: options.id,
+    scheduler,
+    maxChildren: maxHosts,
+    reportLimits,
+    intervalMs: () => intervalMs,
+    expiryMs: hostExpiryMs,
+    graceMs: hostGraceMs,
+    excludeWhileCountedElsewhere: true,
+    checkReport: checkTierAndZone,
+    overCapacity: () =>
+      new SpillwayError(ErrorCode.CapacityExceeded, `aggregator tracks ${maxHosts} hosts already`, {
+        field: 'reporterId',
+        maxHosts,
+      }),
+    usageOf(entry, rates, nowMs) {
+      const bucket = bucketFor(entry.bucket, nowMs);
+      if (!bucket) return undefined;
+      return {
+        bucket,
+        offeredRps: rates.offeredRps,
+        admittedRps: rates.admittedRps,
+        wouldDropRps: rates.wouldDropRps,
+        offeredCalls: entry.offered,
+        heldEpoch: entry.heldEpoch,
+        joinedForward: sequence + 1n,
+      };
+    },
+  });
 
-  function expire(nowMs: number): void {
-    const expiry = hostExpiryMs();
-    for (const [id, host] of hosts) {
-      if (nowMs - host.lastSeenMs > expiry) {
-        hosts.delete(id);
-        expiredArrivals.remember(id, host.arrivals);
-        counters.expiredHosts++;
-      }
-    }
-  }
-
-  function handleReport(request: ReportRequest, context: ReportContext): ReportResponse {
-    try {
-      validateReport(request, reportLimits);
-      checkTokenZone(request, context);
-    } catch (error) {
-      reject(error);
-    }
+  /** Refuses a report from a tier or zone this aggregator does not take. */
+  function checkTierAndZone(request: ReportRequest): void {
     const childTier: ChildTier | undefined =
       request.tier === Tier.HOST || request.tier === Tier.UNSPECIFIED
         ? 'host'
@@ -408,134 +385,63 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
           ? 'aggregator'
           : undefined;
     if (childTier === undefined || !childTiers.has(childTier)) {
-      reject(
-        new SpillwayError(
-          ErrorCode.InvalidReport,
-          `aggregator ${options.id} takes reports from ${[...childTiers].join(' and ')} tier children, not ${tierName(request.tier)}`,
-          { field: 'tier', tier: tierName(request.tier) },
-        ),
+      throw new SpillwayError(
+        ErrorCode.InvalidReport,
+        `aggregator ${options.id} takes reports from ${[...childTiers].join(' and ')} tier children, not ${tierName(request.tier)}`,
+        { field: 'tier', tier: tierName(request.tier) },
       );
     }
     if (acceptZones && !acceptZones.has(request.zone)) {
-      reject(
-        new SpillwayError(
-          ErrorCode.InvalidReport,
-          `aggregator of zone ${options.zone} refuses reports from zone "${request.zone.slice(0, 64)}"`,
-          { field: 'zone', zone: request.zone.slice(0, 64) },
-        ),
+      throw new SpillwayError(
+        ErrorCode.InvalidReport,
+        `aggregator of zone ${options.zone} refuses reports from zone "${request.zone.slice(0, 64)}"`,
+        { field: 'zone', zone: request.zone.slice(0, 64) },
       );
     }
-    const nowMs = scheduler.nowMs();
-    const key = reporterKey(request, context);
-    let host = hosts.get(key);
-    const arrivals = host?.arrivals ?? expiredArrivals.take(key);
-    // A retry of a report already counted is a duplicate (below); news is judged by its age.
-    if (isLateReport(host, arrivals, request, nowMs, intervalMs, hosts.values())) {
-      counters.reports++;
-      counters.lateReports++;
-      if (!host) expiredArrivals.remember(key, arrivals);
-      // Late: the sender has reported since, or gave up on this report long ago.
-      return create(ReportResponseSchema, {
-        directives: [],
-        reportIntervalMs: intervalMs,
-        epoch: host ? newestEpoch(host) : 0n,
-        responderId: options.id,
-      });
-    }
-    // Counted in the sums until now: its usage is in the next forward either way. Otherwise it
-    // (re)joins them, and directives cached from earlier forwards were computed without it.
-    const wasCounted = host !== undefined && nowMs - host.lastSeenMs <= hostGraceMs();
-    const nextForward = sequence + 1n;
-    if (!host) {
-      if (hosts.size >= maxHosts) expire(nowMs);
-      if (hosts.size >= maxHosts) {
-        expiredArrivals.remember(key, arrivals);
-        reject(
-          new SpillwayError(ErrorCode.CapacityExceeded, `aggregator tracks ${maxHosts} hosts already`, {
-            field: 'reporterId',
-            maxHosts,
-          }),
-        );
+  }
+
+  /** The bucket's entry, added if new and within `maxBuckets`. */
+  function bucketFor(key: string, nowMs: number): BucketEntry | undefined {
+    let bucket = buckets.get(key);
+    if (!bucket) {
+      if (buckets.size >= maxBuckets) {
+        counters.bucketsOverCapacity++;
+        if (!capacityWarned) {
+          capacityWarned = true;
+          logger.warn(
+            { aggregator: options.id, maxBuckets },
+            'control: bucket bound reached, new keys ignored',
+          );
+        }
+        return undefined;
       }
-      host = {
-        id: request.reporterId,
-        zone: request.zone,
-        tier: request.tier,
-        hostCount: 0,
-        lastSeenMs: nowMs,
-        sequences: new RecentSequences(),
-        lastWindowEndMs: request.windowEndMs,
-        arrivals,
-        usage: [],
-        heldOutUntilMs: Number.NEGATIVE_INFINITY,
+      bucket = {
+        key,
+        removed: false,
+        lastReportedMs: nowMs,
+        directive: undefined,
+        offeredRps: 0,
+        admittedRps: 0,
+        wouldDropRps: 0,
+        hosts: 0,
+        heldEpoch: 0n,
       };
-      hosts.set(key, host);
+      buckets.set(key, bucket);
     }
-    counters.reports++;
-    host.lastSeenMs = nowMs;
-    if (host.sequences.has(request.sequence, request.windowEndMs)) {
-      counters.duplicateReports++;
-      if (!wasCounted) for (const usage of host.usage) usage.joinedForward = nextForward;
-    } else {
-      const previousUsage = host.usage;
-      let previousByBucket: Map<BucketEntry, HostUsage> | undefined;
-      host.sequences.add(request.sequence, request.windowEndMs);
-      host.lastWindowEndMs = request.windowEndMs;
-      host.zone = request.zone;
-      host.tier = request.tier;
-      host.hostCount = trustedHostCount(request);
-      const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
-      const usage: HostUsage[] = [];
-      for (const [index, entry] of request.buckets.entries()) {
-        let bucket = buckets.get(entry.bucket);
-        if (!bucket) {
-          if (buckets.size >= maxBuckets) {
-            counters.bucketsOverCapacity++;
-            if (!capacityWarned) {
-              capacityWarned = true;
-              logger.warn(
-                { aggregator: options.id, maxBuckets },
-                'control: bucket bound reached, new keys ignored',
-              );
-            }
-            continue;
-          }
-          bucket = {
-            key: entry.bucket,
-            removed: false,
-            lastReportedMs: nowMs,
-            directive: undefined,
-            offeredRps: 0,
-            admittedRps: 0,
-            wouldDropRps: 0,
-            hosts: 0,
-            heldEpoch: 0n,
-          };
-          buckets.set(bucket.key, bucket);
-        }
-        bucket.lastReportedMs = nowMs;
-        let joinedForward = nextForward;
-        if (wasCounted) {
-          // Hosts list their buckets in a stable order: the same index almost always matches.
-          let previous = previousUsage[index];
-          if (previous?.bucket !== bucket) {
-            previousByBucket ??= new Map(previousUsage.map((u) => [u.bucket, u]));
-            previous = previousByBucket.get(bucket);
-          }
-          if (previous) joinedForward = previous.joinedForward;
-        }
-        usage.push({
-          bucket,
-          offeredRps: entry.offered * perSecond,
-          admittedRps: entry.admitted * perSecond,
-          wouldDropRps: entry.wouldDrop * perSecond,
-          offeredCalls: entry.offered,
-          heldEpoch: entry.heldEpoch,
-          joinedForward,
-        });
-      }
-      host.usage = usage;
-      if (!wasCounted) excludeWhileCountedElsewhere(host, request, nowMs);
+    bucket.lastReportedMs = nowMs;
+    return bucket;
+  }
+
+  function handleReport(request: ReportRequest, context: ReportContext): ReportResponse {
+    const intake = ledger.intake(request, context);
+    if (intake.kind === 'late') return reply(intake.child?.usage ?? [], []);
+    const { nowMs, child: host } = intake;
+    // A host (re)joining the sums joins them at the next forward: directives cached from earlier
+    // forwards were computed without it. One counted all along keeps the forward it joined.
+    if (!intake.wasCounted) {
+      for (const usage of host.usage) usage.joinedForward = sequence + 1n;
+    } else if (intake.kind === 'news') {
+      keepJoinedForward(intake.previousUsage, host.usage);
     }
     const directives: Directive[] = [];
     for (const usage of host.usage) {
@@ -543,41 +449,35 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       if (directive) directives.push(directive);
     }
     if (host.usage.length > 0 && nowMs >= freshUntilMs) maybeColdForward();
+    return reply(host.usage, directives);
+  }
+
+  function reply(usage: readonly HostUsage[], directives: Directive[]): ReportResponse {
     return create(ReportResponseSchema, {
       directives,
       reportIntervalMs: intervalMs,
-      epoch: newestEpoch(host),
+      epoch: newestEpoch(usage),
       responderId: options.id,
     });
   }
 
-  /**
-   * A reporter (re)joining the sums that another aggregator acknowledged recently is still counted
-   * there: that aggregator keeps its last rate for a grace from its last report, and forwards it.
-   * Counting it here as well would double it at the parent for that long. So it joins the sums
-   * when the other aggregator's grace runs out: the time since that acknowledgement is the sender's
-   * own (`window_end_ms - acknowledged_window_end_ms`, one clock), the grace is this aggregator's
-   * (the tier shares one configuration). Not for a reporter this aggregator acknowledged itself
-   * (it restarted, or the reporter came back), which nobody else counts. The parent sees either
-   * side change only at that side's next forward, so whichever forwards first after the grace
-   * leaves the reporter briefly counted twice or nowhere; and a dead aggregator's last sum stays
-   * at its parent until the child expiry. Measured, with what it cuts and what it costs:
-   * docs/control-plane.md, "Moving to another aggregator".
-   */
-  function excludeWhileCountedElsewhere(host: HostState, request: ReportRequest, nowMs: number): void {
-    host.heldOutUntilMs = Number.NEGATIVE_INFINITY;
-    const other = request.acknowledgedBy;
-    if (other === '' || other === options.id) return;
-    const sinceMs = Math.max(0, Number(request.windowEndMs - request.acknowledgedWindowEndMs));
-    const untilMs = nowMs - sinceMs + hostGraceMs();
-    if (untilMs <= nowMs) return;
-    host.heldOutUntilMs = untilMs;
-    counters.heldOutReporters++;
+  /** Each usage of a bucket the host reported before keeps the forward it joined the sums at. */
+  function keepJoinedForward(previousUsage: readonly HostUsage[], usage: HostUsage[]): void {
+    let previousByBucket: Map<BucketEntry, HostUsage> | undefined;
+    for (const [index, current] of usage.entries()) {
+      // Hosts list their buckets in a stable order: the same index almost always matches.
+      let previous = previousUsage[index];
+      if (previous?.bucket !== current.bucket) {
+        previousByBucket ??= new Map(previousUsage.map((u) => [u.bucket, u]));
+        previous = previousByBucket.get(current.bucket);
+      }
+      if (previous) current.joinedForward = previous.joinedForward;
+    }
   }
 
-  function newestEpoch(host: HostState): bigint {
+  function newestEpoch(usages: readonly HostUsage[]): bigint {
     let epoch = 0n;
-    for (const usage of host.usage) {
+    for (const usage of usages) {
       const cached = usage.bucket.directive;
       if (cached && cached.epoch > epoch) epoch = cached.epoch;
     }
@@ -629,7 +529,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
 
   /** Sum counted hosts into bucket entries; drop expired hosts and idle buckets. */
   function sum(nowMs: number): { hostCount: number } {
-    expire(nowMs);
+    ledger.expire(nowMs);
     for (const bucket of buckets.values()) {
       bucket.offeredRps = 0;
       bucket.admittedRps = 0;
@@ -637,23 +537,15 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       bucket.hosts = 0;
       bucket.heldEpoch = 0n;
     }
-    const grace = hostGraceMs();
-    const caps = reporterCap ? reporterCaps(reporterCap, nowMs) : undefined;
+    const caps = reporterCap ? ledger.bucketCaps(reporterCap, nowMs) : undefined;
     let hostCount = 0;
-    for (const host of hosts.values()) {
-      if (!isCounted(host, nowMs, grace)) continue;
+    for (const host of ledger.children()) {
+      if (!ledger.isCounted(host, nowMs)) continue;
       hostCount += host.hostCount;
       for (const usage of host.usage) {
         const bucket = usage.bucket;
         if (bucket.removed) continue;
-        let scale = 1;
-        if (caps) {
-          scale = clipScale(usage.offeredRps, host.hostCount, caps.get(bucket) ?? Number.POSITIVE_INFINITY);
-          if (scale < 1) {
-            const tier = tierName(host.tier);
-            counters.clippedUsages[tier] = (counters.clippedUsages[tier] ?? 0) + 1;
-          }
-        }
+        const scale = ledger.capScale(host, usage, caps);
         bucket.offeredRps += usage.offeredRps * scale;
         bucket.admittedRps += usage.admittedRps * scale;
         bucket.wouldDropRps += usage.wouldDropRps * scale;
@@ -672,26 +564,6 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       }
     }
     return { hostCount };
-  }
-
-  /** Per-host bound of each bucket from the counted hosts' per-host rates. */
-  function reporterCaps(cap: ReporterCap, nowMs: number): Map<BucketEntry, number> {
-    const grace = hostGraceMs();
-    const rates = new Map<BucketEntry, number[]>();
-    for (const host of hosts.values()) {
-      if (!isCounted(host, nowMs, grace)) continue;
-      for (const usage of host.usage) {
-        let list = rates.get(usage.bucket);
-        if (!list) {
-          list = [];
-          rates.set(usage.bucket, list);
-        }
-        list.push(usage.offeredRps / Math.max(1, host.hostCount));
-      }
-    }
-    const caps = new Map<BucketEntry, number>();
-    for (const [bucket, list] of rates) caps.set(bucket, perHostCapRps(cap, list));
-    return caps;
   }
 
   /**
@@ -963,7 +835,6 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
 
   function snapshot(): AggregatorSnapshot {
     const nowMs = scheduler.nowMs();
-    const grace = hostGraceMs();
     const sums = new Map<BucketEntry, AggregatorBucketSnapshot>();
     for (const bucket of buckets.values()) {
       const out: AggregatorBucketSnapshot = {
@@ -987,8 +858,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       sums.set(bucket, out);
     }
     const hostList: AggregatorHostSnapshot[] = [];
-    for (const host of hosts.values()) {
-      const counted = isCounted(host, nowMs, grace);
+    for (const host of ledger.children()) {
+      const counted = ledger.isCounted(host, nowMs);
       hostList.push({
         id: host.id,
         zone: host.zone,
@@ -997,7 +868,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         lastSeenMs: host.lastSeenMs,
         buckets: host.usage.length,
         counted,
-        ...(host.heldOutUntilMs > nowMs ? { heldOutUntilMs: host.heldOutUntilMs } : {}),
+        ...(host.countedElsewhereUntilMs > nowMs ? { heldOutUntilMs: host.countedElsewhereUntilMs } : {}),
       });
       if (!counted) continue;
       for (const usage of host.usage) {
@@ -1023,9 +894,14 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
       buckets: [...sums.values()].sort(byKey),
       parents: options.parents.map((p, i) => ({ target: p.target, healthy: parentDownUntilMs[i]! <= nowMs })),
       counters: {
+        reports: ledger.counters.reports,
+        duplicateReports: ledger.counters.duplicateReports,
+        lateReports: ledger.counters.lateReports,
+        rejectedReports: { ...ledger.counters.rejectedReports },
         ...counters,
-        rejectedReports: { ...counters.rejectedReports },
-        clippedUsages: { ...counters.clippedUsages },
+        expiredHosts: ledger.counters.expiredChildren,
+        heldOutReporters: ledger.counters.countedElsewhere,
+        clippedUsages: { ...ledger.counters.clippedUsages },
       },
     };
     if (lastForward) snap.lastForward = { ...lastForward };
@@ -1034,14 +910,12 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
 
   return {
     handleReport,
-    countRefusal(code) {
-      counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
-    },
+    countRefusal: (code) => ledger.countRefusal(code),
     health() {
       const nowMs = scheduler.nowMs();
       let parentsHealthy = 0;
       for (const downUntilMs of parentDownUntilMs) if (downUntilMs <= nowMs) parentsHealthy++;
-      return { hosts: hosts.size, parentsHealthy, lastForwardAtMs: lastForward?.atMs };
+      return { hosts: ledger.size, parentsHealthy, lastForwardAtMs: lastForward?.atMs };
     },
     start() {
       if (running) return;

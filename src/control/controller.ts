@@ -7,7 +7,7 @@ import {
 } from '../config/compile-limits.js';
 import type { LimitsConfig, RatioPolicySpec } from '../config/limits-config.js';
 import { type Cancellable, type Random, type Scheduler, systemScheduler } from '../core/clock.js';
-import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { ErrorCode, SpillwayError } from '../core/errors.js';
 import {
   type Directive,
   DirectiveSchema,
@@ -17,17 +17,14 @@ import {
   ReportResponseSchema,
   type Tier,
 } from '../gen/spillway/v1/control_pb.js';
-import { trustedHostCount } from '../protocol/trusted-host-count.js';
-import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
+import type { ReportLimits } from '../protocol/validate-report.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
+import { type Child, ChildLedger } from './child-ledger.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
-import { RecentSequences } from './recent-sequences.js';
-import { ExpiredReporterArrivals, isLateReport, type ReportArrivals } from './report-arrivals.js';
-import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
+import { type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { selectBusiest } from './select-busiest.js';
-import { type TierName, tierName } from './tier-name.js';
-import { checkTokenZone, reporterKey } from './token-zone.js';
+import type { TierName } from './tier-name.js';
 import { wouldAdmitMore } from './would-admit-more.js';
 
 export interface ControllerOptions {
@@ -251,19 +248,7 @@ interface ChildUsage {
   countedScale: number;
 }
 
-interface ChildState {
-  id: string;
-  tier: Tier;
-  zone: string;
-  region: string;
-  hostCount: number;
-  lastSeenMs: number;
-  sequences: RecentSequences;
-  /** Window end (sender's clock) of the last report applied. */
-  lastWindowEndMs: bigint;
-  arrivals: ReportArrivals;
-  usage: ChildUsage[];
-}
+type ChildState = Child<ChildUsage>;
 
 const DEFAULT_MAX_BUCKETS = 200_000;
 const DEFAULT_MAX_CHILDREN = 10_000;
@@ -307,9 +292,6 @@ export function createController(options: ControllerOptions): Controller {
   let childExpiryMs = options.childExpiryMs ?? 3 * limits.config.intervalMs;
   let bucketExpiryMs = options.bucketExpiryMs ?? 10 * limits.config.intervalMs;
 
-  const children = new Map<string, ChildState>();
-  /** Forgotten children's report timing, for a report of theirs that turns up late. */
-  const expiredArrivals = new ExpiredReporterArrivals(maxChildren);
   const buckets = new Map<string, BucketState>();
   /** Live instances per template, for `maxInstances`. */
   const instances = new Map<string, number>();
@@ -321,19 +303,63 @@ export function createController(options: ControllerOptions): Controller {
   let running = false;
   let capacityWarned = false;
 
-  const counters: ControllerCounters = {
-    reports: 0,
-    duplicateReports: 0,
-    lateReports: 0,
-    rejectedReports: {},
+  const counters = {
     unknownBuckets: 0,
     bucketsOverCapacity: 0,
     instancesOverCapacity: 0,
-    expiredChildren: 0,
     expiredBuckets: 0,
     ticks: 0,
-    clippedUsages: {},
   };
+
+  const ledger = new ChildLedger<BucketState, ChildUsage>({
+    selfId: options.id,
+    scheduler,
+    maxChildren,
+    reportLimits,
+    intervalMs: () => limits.config.intervalMs,
+    expiryMs: () => childExpiryMs,
+    excludeWhileCountedElsewhere: false,
+    overCapacity() {
+      warnCapacity('maxChildren', maxChildren);
+      return new SpillwayError(
+        ErrorCode.CapacityExceeded,
+        `controller tracks ${maxChildren} children already`,
+        {
+          field: 'reporterId',
+          maxChildren,
+        },
+      );
+    },
+    usageOf(entry, rates, nowMs) {
+      let bucket = buckets.get(entry.bucket);
+      if (!bucket) {
+        bucket = addBucket(entry.bucket);
+        if (!bucket) return undefined;
+        // Its hosts apply a ratio from an earlier controller: this one has just started (or
+        // forgot the bucket). Its sums hold only the children back so far, and a tick may fall
+        // before the rest are back (one zone's aggregator still cut off), so its ratios loosen
+        // no child's hosts until every child could have reported. A bucket whose hosts hold no
+        // ratio (a cold start, a new bucket) or this controller's is not held back.
+        if (entry.heldEpoch !== 0n && entry.heldEpoch < epochBig) {
+          bucket.earlierEpochUntilMs = nowMs + childExpiryMs;
+        }
+      }
+      bucket.lastReportedMs = nowMs;
+      if (bucket.unreportedAtLastTick) {
+        bucket.unreportedAtLastTick = false;
+        bucket.regatherUntilMs = nowMs + childExpiryMs;
+      }
+      return {
+        bucket,
+        offeredRps: rates.offeredRps,
+        admittedRps: rates.admittedRps,
+        wouldDropRps: rates.wouldDropRps,
+        heldEpoch: entry.heldEpoch,
+        countedIn: undefined,
+        countedScale: 1,
+      };
+    },
+  });
 
   function newGroup(resolved: ResolvedBucket): Group {
     return {
@@ -405,121 +431,16 @@ export function createController(options: ControllerOptions): Controller {
     logger.warn({ controller: options.id, bound, value }, 'control: bound reached, new buckets are refused');
   }
 
-  function expireChildren(nowMs: number): void {
-    const oldestMs = nowMs - childExpiryMs;
-    for (const [id, child] of children) {
-      if (child.lastSeenMs < oldestMs) {
-        children.delete(id);
-        expiredArrivals.remember(id, child.arrivals);
-        counters.expiredChildren++;
-      }
-    }
-  }
-
-  function reject(error: unknown): never {
-    const code = isSpillwayError(error) ? error.code : 'ERR_UNKNOWN';
-    counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
-    throw error;
-  }
-
   function handleReport(request: ReportRequest, context: ReportContext): ReportResponse {
-    try {
-      validateReport(request, reportLimits);
-      checkTokenZone(request, context);
-    } catch (error) {
-      reject(error);
-    }
-    const nowMs = scheduler.nowMs();
-    const key = reporterKey(request, context);
-    let child = children.get(key);
-    const arrivals = child?.arrivals ?? expiredArrivals.take(key);
-    // A retry of a report already counted is a duplicate (below); news is judged by its age.
-    if (isLateReport(child, arrivals, request, nowMs, limits.config.intervalMs, children.values())) {
-      counters.reports++;
-      counters.lateReports++;
-      if (!child) expiredArrivals.remember(key, arrivals);
-      // Late: the sender has reported since, or gave up on this report long ago.
-      return create(ReportResponseSchema, {
-        directives: [],
-        reportIntervalMs: limits.config.intervalMs,
-        epoch: epochBig,
-        responderId: options.id,
-      });
-    }
-    if (!child) {
-      if (children.size >= maxChildren) expireChildren(nowMs);
-      if (children.size >= maxChildren) {
-        expiredArrivals.remember(key, arrivals);
-        warnCapacity('maxChildren', maxChildren);
-        reject(
-          new SpillwayError(ErrorCode.CapacityExceeded, `controller tracks ${maxChildren} children already`, {
-            field: 'reporterId',
-            maxChildren,
-          }),
-        );
-      }
-      child = {
-        id: request.reporterId,
-        tier: request.tier,
-        zone: request.zone,
-        region: request.region,
-        hostCount: 0,
-        lastSeenMs: nowMs,
-        sequences: new RecentSequences(),
-        lastWindowEndMs: request.windowEndMs,
-        arrivals,
-        usage: [],
-      };
-      children.set(key, child);
-    }
-    counters.reports++;
-    child.lastSeenMs = nowMs;
-    if (child.sequences.has(request.sequence, request.windowEndMs)) {
-      counters.duplicateReports++;
-    } else {
-      const previousUsage = child.usage;
-      child.sequences.add(request.sequence, request.windowEndMs);
-      child.lastWindowEndMs = request.windowEndMs;
-      child.tier = request.tier;
-      child.zone = request.zone;
-      child.region = request.region;
-      child.hostCount = trustedHostCount(request);
-      const perSecond = 1000 / Number(request.windowEndMs - request.windowStartMs);
-      const usage: ChildUsage[] = [];
-      for (const entry of request.buckets) {
-        let bucket = buckets.get(entry.bucket);
-        if (!bucket) {
-          bucket = addBucket(entry.bucket);
-          if (!bucket) continue;
-          // Its hosts apply a ratio from an earlier controller: this one has just started (or
-          // forgot the bucket). Its sums hold only the children back so far, and a tick may fall
-          // before the rest are back (one zone's aggregator still cut off), so its ratios loosen
-          // no child's hosts until every child could have reported. A bucket whose hosts hold no
-          // ratio (a cold start, a new bucket) or this controller's is not held back.
-          if (entry.heldEpoch !== 0n && entry.heldEpoch < epochBig) {
-            bucket.earlierEpochUntilMs = nowMs + childExpiryMs;
-          }
-        }
-        bucket.lastReportedMs = nowMs;
-        if (bucket.unreportedAtLastTick) {
-          bucket.unreportedAtLastTick = false;
-          bucket.regatherUntilMs = nowMs + childExpiryMs;
-        }
-        usage.push({
-          bucket,
-          offeredRps: entry.offered * perSecond,
-          admittedRps: entry.admitted * perSecond,
-          wouldDropRps: entry.wouldDrop * perSecond,
-          heldEpoch: entry.heldEpoch,
-          countedIn: undefined,
-          countedScale: 1,
-        });
-      }
-      child.usage = usage;
-      if (policy.stateless) recomputeOnReport(child, previousUsage);
-    }
+    const intake = ledger.intake(request, context);
+    if (intake.kind === 'late') return reply([]);
+    if (intake.kind === 'news' && policy.stateless) recomputeOnReport(intake.child, intake.previousUsage);
+    return reply(directivesFor(intake.child, intake.nowMs));
+  }
+
+  function reply(directives: Directive[]): ReportResponse {
     return create(ReportResponseSchema, {
-      directives: directivesFor(child, nowMs),
+      directives,
       reportIntervalMs: limits.config.intervalMs,
       epoch: epochBig,
       responderId: options.id,
@@ -629,13 +550,7 @@ export function createController(options: ControllerOptions): Controller {
         }
         group.partial = true;
       }
-      const cap = tickCaps?.get(bucket);
-      let scale = 1;
-      if (cap !== undefined) {
-        scale = clipScale(usage.offeredRps, child.hostCount, cap);
-        if (scale < 1) countClipped(child.tier);
-      }
-      addTo(group, usage, scale);
+      addTo(group, usage, ledger.capScale(child, usage, tickCaps));
       touched.set(group, bucket);
     }
     if (touched.size === 0) return;
@@ -651,29 +566,6 @@ export function createController(options: ControllerOptions): Controller {
   function firstFromReport(bucket: BucketState): boolean {
     if (bucket.awaitingTick) return false;
     return reporterCap === undefined || tickCaps?.has(bucket) === true;
-  }
-
-  function countClipped(tier: Tier): void {
-    const name = tierName(tier);
-    counters.clippedUsages[name] = (counters.clippedUsages[name] ?? 0) + 1;
-  }
-
-  /** Per-host bound of each bucket this tick, from every fresh child's per-host rate. */
-  function reporterCaps(cap: ReporterCap): Map<BucketState, number> {
-    const rates = new Map<BucketState, number[]>();
-    for (const child of children.values()) {
-      for (const usage of child.usage) {
-        let list = rates.get(usage.bucket);
-        if (!list) {
-          list = [];
-          rates.set(usage.bucket, list);
-        }
-        list.push(usage.offeredRps / Math.max(1, child.hostCount));
-      }
-    }
-    const caps = new Map<BucketState, number>();
-    for (const [bucket, list] of rates) caps.set(bucket, perHostCapRps(cap, list));
-    return caps;
   }
 
   /** Reused for every bucket of a tick (policies must not keep it): 100,000 buckets, no garbage. */
@@ -693,23 +585,19 @@ export function createController(options: ControllerOptions): Controller {
 
   function tick(): void {
     const nowMs = scheduler.nowMs();
-    expireChildren(nowMs);
+    ledger.expire(nowMs);
     for (const bucket of buckets.values()) {
       bucket.awaitingTick = false;
       resetGroup(bucket.total);
       if (bucket.zones) for (const group of bucket.zones.values()) resetGroup(group);
     }
-    const caps = reporterCap ? reporterCaps(reporterCap) : undefined;
+    const caps = reporterCap ? ledger.bucketCaps(reporterCap, nowMs) : undefined;
     tickCaps = caps;
-    for (const child of children.values()) {
+    for (const child of ledger.children()) {
       for (const usage of child.usage) {
         const bucket = usage.bucket;
         if (bucket.removed) continue;
-        let scale = 1;
-        if (caps) {
-          scale = clipScale(usage.offeredRps, child.hostCount, caps.get(bucket) ?? Number.POSITIVE_INFINITY);
-          if (scale < 1) countClipped(child.tier);
-        }
+        const scale = ledger.capScale(child, usage, caps);
         addTo(bucket.total, usage, scale);
         if (bucket.zones) {
           let group = bucket.zones.get(child.zone);
@@ -833,12 +721,12 @@ export function createController(options: ControllerOptions): Controller {
     }
     bucketList.sort((a, b) => (a.key < b.key ? -1 : a.key > b.key ? 1 : 0));
     let hostsTotal = 0;
-    for (const child of children.values()) hostsTotal += child.hostCount;
+    for (const child of ledger.children()) hostsTotal += child.hostCount;
     // The controller's own `maxChildren` (10,000) bounds this sort: cheap next to a tick.
     const childList: ControllerChildSnapshot[] =
       listChildren <= 0
         ? []
-        : [...children.values()]
+        : [...ledger.children()]
             .sort((a, b) => (a.id < b.id ? -1 : a.id > b.id ? 1 : 0))
             .slice(0, listChildren)
             .map((child) => ({
@@ -861,22 +749,28 @@ export function createController(options: ControllerOptions): Controller {
       buckets: bucketList,
       bucketsTotal: buckets.size,
       children: childList,
-      childrenTotal: children.size,
+      childrenTotal: ledger.size,
       hostsTotal,
       unknownBucketKeys: [...unknownKeys],
       counters: {
-        ...counters,
-        rejectedReports: { ...counters.rejectedReports },
-        clippedUsages: { ...counters.clippedUsages },
+        reports: ledger.counters.reports,
+        duplicateReports: ledger.counters.duplicateReports,
+        lateReports: ledger.counters.lateReports,
+        rejectedReports: { ...ledger.counters.rejectedReports },
+        unknownBuckets: counters.unknownBuckets,
+        bucketsOverCapacity: counters.bucketsOverCapacity,
+        instancesOverCapacity: counters.instancesOverCapacity,
+        expiredChildren: ledger.counters.expiredChildren,
+        expiredBuckets: counters.expiredBuckets,
+        ticks: counters.ticks,
+        clippedUsages: { ...ledger.counters.clippedUsages },
       },
     };
   }
 
   return {
     handleReport,
-    countRefusal(code) {
-      counters.rejectedReports[code] = (counters.rejectedReports[code] ?? 0) + 1;
-    },
+    countRefusal: (code) => ledger.countRefusal(code),
     start() {
       if (running) return;
       running = true;
