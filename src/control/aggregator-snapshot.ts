@@ -188,10 +188,7 @@ export function aggregatorSnapshot(parts: AggregatorParts, nowMs: number): Aggre
 function aggregatorCounters({ ledger, sums, cache, forwarder }: AggregatorParts): AggregatorCounters {
   const intake = ledger.counters;
   return {
-    reports: intake.reports,
-    duplicateReports: intake.duplicateReports,
-    lateReports: intake.lateReports,
-    rejectedReports: { ...intake.rejectedReports },
+    ...ledger.reportCounters(),
     ...forwarder.counters,
     ...cache.counters,
     ...sums.counters,

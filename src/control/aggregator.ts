@@ -149,19 +149,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         field: 'reporterId',
         maxHosts,
       }),
-    usageOf(entry, rates, nowMs) {
-      const bucket = sums.entryFor(entry.bucket, nowMs);
-      if (!bucket) return undefined;
-      return {
-        bucket,
-        offeredRps: rates.offeredRps,
-        admittedRps: rates.admittedRps,
-        wouldDropRps: rates.wouldDropRps,
-        offeredCalls: entry.offered,
-        heldEpoch: entry.heldEpoch,
-        joinedForward: sums.nextSequence,
-      };
-    },
+    usageOf: (entry, rates, nowMs) => sums.usageOf(entry, rates, nowMs),
   });
   const sums: ZoneSums = new ZoneSums(
     {

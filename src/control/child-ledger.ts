@@ -198,6 +198,15 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
     return { kind: 'news', nowMs, child, previousUsage, wasCounted };
   }
 
+  /** The report counters, copied, as both tiers' snapshots list them first. */
+  reportCounters(): Pick<
+    ChildLedgerCounters,
+    'reports' | 'duplicateReports' | 'lateReports' | 'rejectedReports'
+  > {
+    const { reports, duplicateReports, lateReports, rejectedReports } = this.counters;
+    return { reports, duplicateReports, lateReports, rejectedReports: { ...rejectedReports } };
+  }
+
   /** Counts a refusal made before `intake` (by the transport) with the ones `intake` makes. */
   countRefusal(code: string): void {
     this.counters.rejectedReports[code] = (this.counters.rejectedReports[code] ?? 0) + 1;

@@ -1,6 +1,7 @@
 import { create } from '@bufbuild/protobuf';
 import { type Directive, DirectiveSchema } from '../gen/spillway/v1/control_pb.js';
-import { type ReportedUsage, wouldAdmitMore } from './would-admit-more.js';
+import type { UsageRates } from './child-ledger.js';
+import { wouldAdmitMore } from './would-admit-more.js';
 
 /** A parent's directive for one bucket, as an aggregator keeps it to answer its hosts. */
 export interface CachedDirective {
@@ -21,7 +22,7 @@ export interface DirectiveSlot {
 }
 
 /** A host's usage of a bucket, as `relay` judges it. */
-export interface RelayedUsage extends ReportedUsage {
+export interface RelayedUsage extends UsageRates {
   readonly bucket: DirectiveSlot;
   /** Calls offered in the report's window: the sample the admitted share was measured on. */
   offeredCalls: number;

@@ -88,12 +88,12 @@ export class ParentForwarder {
   };
 
   constructor(options: ParentForwarderOptions) {
+    this.#parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
+    this.#reconnectWatches = options.parents.map(() => undefined);
     this.#options = options;
     this.#parents = options.parents;
     this.#scheduler = options.scheduler;
     this.#intervalMs = options.intervalMs;
-    this.#parentDownUntilMs = options.parents.map(() => Number.NEGATIVE_INFINITY);
-    this.#reconnectWatches = options.parents.map(() => undefined);
   }
 
   /** The forward period in force (a parent's reply may set it). */

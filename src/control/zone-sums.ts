@@ -7,7 +7,7 @@ import {
   Tier,
 } from '../gen/spillway/v1/control_pb.js';
 import { MAX_REPORT_WINDOW_MS } from '../protocol/report-bounds.js';
-import type { ChildLedger } from './child-ledger.js';
+import type { ChildLedger, UsageRates } from './child-ledger.js';
 import type { ControlLogger } from './control-logger.js';
 import type { DirectiveSlot, RelayedUsage } from './directive-cache.js';
 import type { ReporterCap } from './reporter-cap.js';
@@ -107,8 +107,26 @@ export class ZoneSums {
     this.#lastForwardEndMs = Math.floor(nowMs);
   }
 
+  /**
+   * A host's usage of the bucket `entry` names (`rates`: its rates), joining the sums at the next
+   * forward; undefined when the bucket is over `maxBuckets`.
+   */
+  usageOf(entry: BucketUsage, rates: Readonly<UsageRates>, nowMs: number): HostUsage | undefined {
+    const bucket = this.#entryFor(entry.bucket, nowMs);
+    if (!bucket) return undefined;
+    return {
+      bucket,
+      offeredRps: rates.offeredRps,
+      admittedRps: rates.admittedRps,
+      wouldDropRps: rates.wouldDropRps,
+      offeredCalls: entry.offered,
+      heldEpoch: entry.heldEpoch,
+      joinedForward: this.nextSequence,
+    };
+  }
+
   /** The bucket's entry, added if new and within `maxBuckets`; marks it reported now. */
-  entryFor(key: string, nowMs: number): BucketEntry | undefined {
+  #entryFor(key: string, nowMs: number): BucketEntry | undefined {
     let bucket = this.#buckets.get(key);
     if (!bucket) {
       if (this.#buckets.size >= this.#options.maxBuckets) {
