@@ -235,10 +235,10 @@ const EPOCH_RANDOM_BITS = 10;
  * A controller's default epoch: its start time, then random bits. Epochs must be unique per
  * process: hosts and aggregators take (epoch, version) for one computation's identity and never go
  * back to a lower version within an epoch, while versions count per process. Two replicas with one
- * epoch (started in the same millisecond) are one identity with two counters: when the one ahead
- * died, hosts refused the survivor's directives until its version caught up, and decayed to
- * admitting everything meanwhile (test/control/replica-epochs.test.ts). The random bits only break
- * that tie: a later millisecond still wins. 2^53 / 2^10 ms is the year 2248.
+ * epoch (started in the same millisecond) would be one identity with two counters: when the one
+ * ahead died, hosts would refuse the survivor's directives until its version caught up
+ * (docs/reliability.md, "Controller replicas"). The random bits only break that tie: a later
+ * millisecond still wins. 2^53 / 2^10 ms is the year 2248.
  */
 export function startEpoch(nowMs: number, random: Random): number {
   const scale = 2 ** EPOCH_RANDOM_BITS;

@@ -4,9 +4,9 @@
  *
  * The case it exists for: a host's report to aggregator A is stuck in a partition, its client gives
  * up and the host moves to aggregator B. When the path heals, TCP delivers the old report to A,
- * which would count the host again, next to B, for a whole host grace (a ratio of 0.667 where
- * 0.333 was right). A cannot tell that from the report's sequence (A never saw the newer ones),
- * only from its age.
+ * which would count the host again, next to B, for a whole host grace. A cannot tell that from
+ * the report's sequence (A never saw the newer ones), only from its age. What it costs:
+ * docs/reliability.md, "Reports that arrive late".
  *
  * Age without synchronised clocks: `offset = arrival (receiver's clock) - window end (sender's
  * clock)` is the clocks' difference plus the transit time. Over the last few accepted reports the
