@@ -33,12 +33,12 @@ export interface RatioPolicy<S = unknown> {
 }
 
 /**
- * The default, chosen by measurement in the fleet simulator (docs/accuracy.md): the plain ratio.
- * In a host -> aggregator -> controller tree the `corrected` integral sees the admitted rate about
- * three intervals after the ratio that produced it, winds up, and overcorrects after every change
- * (3x step: back within 5% in 12.6 s instead of 4.8 s, -14% steady error); its gain in the small
- * closed loop of docs/control-plane.md (hosts that ignore directives, ramps) does not carry over.
- * Plain is also stateless, so the controller recomputes it on every report (controller.ts).
+ * The default, chosen by measurement in the fleet simulator (docs/accuracy.md, "Conclusions"): the
+ * plain ratio. In a host -> aggregator -> controller tree the `corrected` integral sees the admitted
+ * rate about three intervals after the ratio that produced it, winds up, and overcorrects after
+ * every change; its gain in the small closed loop of docs/control-plane.md (hosts that ignore
+ * directives, ramps) does not carry over. Plain is also stateless, so the controller recomputes it
+ * on every report (ratio-groups.ts, `recomputeOnReport`).
  */
 export const DEFAULT_RATIO_POLICY: RatioPolicySpec = { kind: 'plain' };
 

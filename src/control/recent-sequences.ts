@@ -3,10 +3,9 @@
  * retried report once (the protocol's idempotency rule). A retry is the same report: the same
  * sequence and the same window. A reporter restarted under the same id starts its sequence over at
  * 1 with newer windows, so its reports are news even while the old process's last sequences are
- * still listed here; matching on the sequence alone dropped them as duplicates (and kept the old
- * process's rate) for as many reports as the old one had sent, up to the window's size. A small
- * window instead of "greater than the last" so that a late retry of an older report is still
- * recognised.
+ * still listed here (matching on the sequence alone would drop them and keep the old process's
+ * rate; docs/reliability.md, "Reports that arrive late"). A small window instead of "greater than
+ * the last" so that a late retry of an older report is still recognised.
  */
 export class RecentSequences {
   static readonly size = 4;

@@ -4,9 +4,9 @@
  *
  * The case it exists for: a host's report to aggregator A is stuck in a partition, its client gives
  * up and the host moves to aggregator B. When the path heals, TCP delivers the old report to A,
- * which would count the host again, next to B, for a whole host grace (a ratio of 0.667 where
- * 0.333 was right). A cannot tell that from the report's sequence (A never saw the newer ones),
- * only from its age.
+ * which would count the host again, next to B, for a whole host grace. A cannot tell that from
+ * the report's sequence (A never saw the newer ones), only from its age. What it costs:
+ * docs/reliability.md, "Reports that arrive late".
  *
  * Age without synchronised clocks: `offset = arrival (receiver's clock) - window end (sender's
  * clock)` is the clocks' difference plus the transit time. Over the last few accepted reports the
@@ -88,11 +88,11 @@ export function fleetUsualOffsetMs(senders: Iterable<{ arrivals: ReportArrivals 
 }
 
 /**
- * The arrivals of reporters that were forgotten (expired), so a report that turns up after its
- * sender's state was dropped is still judged against the sender's usual. Bounded: the oldest entry
- * goes first.
+ * The arrivals of reporters whose state expired, so a report that turns up after its sender's
+ * state was dropped is still judged against the sender's usual. Bounded: the oldest entry goes
+ * first.
  */
-export class DepartedArrivals {
+export class ExpiredReporterArrivals {
   readonly #entries = new Map<string, ReportArrivals>();
   readonly #max: number;
 
@@ -109,7 +109,7 @@ export class DepartedArrivals {
     }
   }
 
-  /** The reporter's arrivals if it departed (and forgets them here), else a fresh record. */
+  /** The reporter's arrivals if it expired (and forgets them here), else a fresh record. */
   take(key: string): ReportArrivals {
     const arrivals = this.#entries.get(key);
     if (arrivals === undefined) return new ReportArrivals();
@@ -130,15 +130,15 @@ export interface ReportSender {
 }
 
 /**
- * Whether a report is old news that a receiver must leave out of its sums: not a retry of one
+ * Whether a report is late, so that a receiver must leave it out of its sums: not a retry of one
  * already counted (that is a duplicate, answered as before), and either older than the last one
  * applied from its sender or late against the sender's usual arrival.
  *
  * `sender` is undefined when the receiver has no state for it (new, or expired: then `arrivals`
- * comes from `DepartedArrivals`); `senders` are the others, whose median usual judges a first report.
+ * comes from `ExpiredReporterArrivals`); `senders` are the others, whose median usual judges a first report.
  * Remembers the report's arrival in `arrivals` either way.
  */
-export function isOldNews(
+export function isLateReport(
   sender: ReportSender | undefined,
   arrivals: ReportArrivals,
   report: { sequence: bigint; windowEndMs: bigint },

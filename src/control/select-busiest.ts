@@ -4,9 +4,9 @@
  *
  * Finds the cut with a min-heap of the `max` highest weights, in a typed array: one pass, no
  * comparator calls, no sort of all the weights. The aggregator and the controller's dashboard run
- * this every second over up to 100,000 buckets: a sort of the objects with a comparator took
- * 90-430 ms there (2026-12-02), a typed sort of every weight 18-58 ms, the heap a few ms (a loaded
- * 2-CPU VM). Most weights are below the heap's least and cost one comparison.
+ * this every second over up to 100,000 buckets, where a sort would cost tens to hundreds of ms
+ * (docs/control-plane.md, "Performance"). Most weights are below the heap's least and cost one
+ * comparison.
  */
 export function selectBusiest<T>(items: readonly T[], max: number, weight: (item: T) => number): T[] {
   if (items.length <= max) return [...items];

@@ -2,7 +2,6 @@
 // sender defaults to, what a receiver accepts) and the checks a receiver runs before any state.
 export { acknowledgingId } from './acknowledging-id.js';
 export { formatHostPort } from './host-port.js';
-export { hostsSpokenFor } from './hosts-spoken-for.js';
 export {
   MAX_ACKNOWLEDGED_BY_BYTES,
   MAX_REPORT_WINDOW_MS,
@@ -11,5 +10,6 @@ export {
   RECEIVER_MAX_RATE_PER_SEC,
   SENDER_MAX_BUCKETS_PER_REPORT,
 } from './report-bounds.js';
+export { trustedHostCount } from './trusted-host-count.js';
 export type { ReportLimits } from './validate-report.js';
 export { validateReport } from './validate-report.js';

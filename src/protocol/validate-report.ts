@@ -1,6 +1,5 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
-import { hostsSpokenFor } from './hosts-spoken-for.js';
 import {
   MAX_ACKNOWLEDGED_BY_BYTES,
   MAX_REPORT_WINDOW_MS,
@@ -8,6 +7,7 @@ import {
   RECEIVER_MAX_KEY_BYTES,
   RECEIVER_MAX_RATE_PER_SEC,
 } from './report-bounds.js';
+import { trustedHostCount } from './trusted-host-count.js';
 
 /** Bounds a receiver enforces on every report before it touches any state. */
 export interface ReportLimits {
@@ -43,9 +43,9 @@ export function validateReport(request: ReportRequest, limits: ReportLimits = {}
   const maxWindowMs = limits.maxWindowMs ?? MAX_REPORT_WINDOW_MS;
   const epsilon = limits.epsilon ?? 1e-6;
   // Per host the report speaks for: an aggregator's sum of honest hosts stays under it.
-  // (`hostsSpokenFor`: a host's own claim of many hosts is not believed).
+  // (`trustedHostCount`: a host's own claim of many hosts is not believed).
   const maxRatePerSec =
-    (limits.maxRatePerSec ?? RECEIVER_MAX_RATE_PER_SEC) * Math.max(1, hostsSpokenFor(request));
+    (limits.maxRatePerSec ?? RECEIVER_MAX_RATE_PER_SEC) * Math.max(1, trustedHostCount(request));
 
   const id = request.reporterId;
   if (typeof id !== 'string' || id.length === 0) fail('reporterId', 'reporterId must be non-empty');

@@ -3,7 +3,7 @@ import { describe, it } from 'node:test';
 import { create } from '@bufbuild/protobuf';
 import { createAggregator } from '../../src/control/aggregator.js';
 import { createController } from '../../src/control/controller.js';
-import { DepartedArrivals, ReportArrivals } from '../../src/control/report-arrivals.js';
+import { ExpiredReporterArrivals, ReportArrivals } from '../../src/control/report-arrivals.js';
 import { ManualClock } from '../../src/core/clock.js';
 import { ReportResponseSchema, Tier } from '../../src/gen/spillway/v1/control_pb.js';
 import type { ControlClient } from '../../src/transport/control-transport.js';
@@ -66,7 +66,7 @@ describe('report arrivals (report-arrivals.ts)', () => {
   });
 
   it('remembers departed reporters up to a bound, oldest first out', () => {
-    const departed = new DepartedArrivals(2);
+    const departed = new ExpiredReporterArrivals(2);
     const [a, b, c] = [new ReportArrivals(), new ReportArrivals(), new ReportArrivals()];
     departed.remember('a', a);
     departed.remember('b', b);

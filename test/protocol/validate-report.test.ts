@@ -193,7 +193,7 @@ describe('validateReport', () => {
       buckets: [{ bucket: 'a', offered: 12 }],
     });
     validateReport(zone, { maxRatePerSec: 5 });
-    // A host's own claim to speak for three is not believed (hostsSpokenFor).
+    // A host's own claim to speak for three is not believed (trustedHostCount).
     rejects(
       hostReport({
         id: 'h',

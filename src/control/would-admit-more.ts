@@ -1,3 +1,5 @@
+import type { UsageRates } from './child-ledger.js';
+
 /** A ratio from a partial sum may let a reporter's hosts admit this much more than they do now (noise), no more. */
 const PARTIAL_SLACK = 0.05;
 /**
@@ -6,13 +8,6 @@ const PARTIAL_SLACK = 0.05;
  * 300 calls at r = 0.5, more than 5% of it.
  */
 const PARTIAL_NOISE_Z = 3;
-
-/** One reporter's latest usage of a bucket, as rates. */
-export interface ReportedUsage {
-  offeredRps: number;
-  admittedRps: number;
-  wouldDropRps: number;
-}
 
 /**
  * Whether `dropRatio` would let a reporter's hosts admit more of a bucket than they do now (by
@@ -25,7 +20,7 @@ export interface ReportedUsage {
  * its children, an aggregator's cached directive from a forward without a host that is back): such
  * a ratio is a lower bound, sent where it tightens and withheld where it would undo a ratio in force.
  */
-export function loosens(dropRatio: number, usage: ReportedUsage, calls: number): boolean {
+export function wouldAdmitMore(dropRatio: number, usage: UsageRates, calls: number): boolean {
   if (!(usage.offeredRps > 0)) return false;
   const admittedNow = Math.min(1, Math.max(0, usage.admittedRps - usage.wouldDropRps) / usage.offeredRps);
   const noise = PARTIAL_NOISE_Z * Math.sqrt((admittedNow * (1 - admittedNow)) / Math.max(1, calls));
