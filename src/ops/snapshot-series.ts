@@ -1,6 +1,6 @@
 import { selectBusiest } from '../control/select-busiest.js';
 import { TIER_NAMES, type TierName } from '../control/tier-name.js';
-import type { Sample, SnapshotMetricDefinition } from './metrics.js';
+import type { Sample, SnapshotMetricDefinition, SpillwayMetrics } from './metrics.js';
 
 /**
  * Series definitions read from a component's snapshot, shared by the metrics of every tier: the
@@ -163,4 +163,23 @@ export function reportIntakeSeries<S extends { counters: ReportIntakeCounters }>
         TIER_NAMES.map((child): Sample => [{ tier: child }, s.counters.clippedUsages[child] ?? 0]),
     },
   ];
+}
+
+/**
+ * A receiving tier's series, read from its snapshot at scrape time: first its busiest buckets'
+ * summed rates (`summedRateSeries`, worded by `rateHelp`), then `series`, all over the snapshot cut
+ * to `maxBucketSeries` buckets (`exportBusiest`).
+ */
+export function addReceivingTierMetrics<S extends { buckets: readonly SummedRates[] }>(
+  metrics: SpillwayMetrics,
+  tier: ReceivingTier,
+  tierState: { snapshot(): S },
+  maxBucketSeries: number,
+  rateHelp: { offered: string; admitted: string; wouldDrop: string },
+  series: SnapshotMetricDefinition<BusiestExported<S>>[],
+): void {
+  metrics.addSnapshotMetrics(
+    (): BusiestExported<S> => exportBusiest(tierState.snapshot(), maxBucketSeries),
+    [...summedRateSeries<BusiestExported<S>>(tier, rateHelp), ...series],
+  );
 }
