@@ -18,6 +18,7 @@ import { MAX_REPORT_WINDOW_MS, RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protoc
 import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ControlClient, ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { assertAggregatorOptionNames } from './control-options.js';
 import { loosens } from './loosens.js';
 import { RecentSequences } from './recent-sequences.js';
 import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
@@ -289,6 +290,7 @@ const MAX_INTERVAL_MS = 60_000;
  * may be another aggregator (zone -> region -> controller).
  */
 export function createAggregator(options: AggregatorOptions): Aggregator {
+  assertAggregatorOptionNames(options);
   const scheduler = options.scheduler ?? systemScheduler;
   const random = options.random ?? Math.random;
   const logger = options.logger ?? silentLogger;

@@ -21,6 +21,7 @@ import { hostsSpokenFor } from '../protocol/hosts-spoken-for.js';
 import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { assertControllerOptionNames } from './control-options.js';
 import { loosens } from './loosens.js';
 import { createRatioPolicy, type RatioInput, type RatioPolicy } from './ratio-policy.js';
 import { RecentSequences } from './recent-sequences.js';
@@ -291,6 +292,7 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * interleave. Memory: bounded by maxChildren × (buckets per report) plus maxBuckets.
  */
 export function createController(options: ControllerOptions): Controller {
+  assertControllerOptionNames(options);
   const scheduler = options.scheduler ?? systemScheduler;
   const logger = options.logger ?? silentLogger;
   const epoch = Math.floor(options.epoch ?? startEpoch(scheduler.nowMs(), options.random ?? Math.random));

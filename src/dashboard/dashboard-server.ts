@@ -2,6 +2,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net';
 import { z } from 'zod';
 import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
+import { assertKnownOptions, optionNames } from '../core/validate.js';
 import type { Logger } from '../ops/logger.js';
 import { formatHostPort } from '../protocol/host-port.js';
 import { createHostCheck } from '../server/host-allowlist.js';
@@ -109,7 +110,27 @@ const acceptBody = z.strictObject({ id: z.string().min(1).max(256) });
  * routes. Read-only routes are open (bind to loopback, or put it behind your own access control);
  * admin routes need the bearer token and are audited.
  */
+const DASHBOARD_SERVER_OPTIONS = optionNames<DashboardServerOptions>({
+  host: true,
+  port: true,
+  allowedHosts: true,
+  controller: true,
+  overrides: true,
+  admin: true,
+  adminToken: true,
+  tuning: true,
+  logger: true,
+  maxStreamClients: true,
+  maxStreamClientsPerAddress: true,
+  heartbeatMs: true,
+  headersTimeoutMs: true,
+  historyLength: true,
+  view: true,
+  staticDir: true,
+});
+
 export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
+  assertKnownOptions(options, DASHBOARD_SERVER_OPTIONS, 'startDashboardServer');
   const host = options.host ?? '127.0.0.1';
   const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { controller, overrides, admin, tuning, logger } = options;

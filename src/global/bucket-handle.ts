@@ -1,6 +1,7 @@
 import type { Clock, Random } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { describeValue } from '../core/validate.js';
 import { type Directive, Mode } from '../gen/spillway/v1/control_pb.js';
 import { BurstGuard, type ResolvedBurstGuard } from './burst-guard.js';
 import { isNewerDirective } from './directive-order.js';
@@ -360,9 +361,13 @@ function seedFrom(random: Random): number {
 }
 
 function throwInvalidCost(cost: unknown): never {
-  throw new SpillwayError(ErrorCode.InvalidCost, `cost must be a finite number >= 0, got ${String(cost)}`, {
-    field: 'cost',
-  });
+  throw new SpillwayError(
+    ErrorCode.InvalidCost,
+    `cost must be a finite number >= 0, got ${describeValue(cost)}`,
+    {
+      field: 'cost',
+    },
+  );
 }
 
 function finiteNonNegative(value: number): number {

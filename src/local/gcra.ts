@@ -1,6 +1,12 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertEmissionInterval, assertPositiveFinite } from '../core/validate.js';
+import {
+  assertCost,
+  assertEmissionInterval,
+  assertKnownOptions,
+  assertPositiveFinite,
+  optionNames,
+} from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -42,7 +48,10 @@ export interface Gcra {
  * const gcra = createGcra({ limit: 100, periodMs: 60_000, burst: 10 });
  * const decision = gcra.take(); // { allowed, limit: 10, remaining, resetAtMs, retryAfterMs }
  */
+const GCRA_OPTIONS = optionNames<GcraOptions>({ limit: true, periodMs: true, burst: true, clock: true });
+
 export function createGcra(options: GcraOptions): Gcra {
+  assertKnownOptions(options, GCRA_OPTIONS, 'createGcra');
   const { limit, periodMs } = options;
   const burst = options.burst ?? limit;
   assertPositiveFinite('limit', limit);

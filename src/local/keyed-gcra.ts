@@ -1,8 +1,16 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertEmissionInterval, assertKey, assertPositiveFinite } from '../core/validate.js';
+import {
+  assertCost,
+  assertEmissionInterval,
+  assertKey,
+  assertKnownOptions,
+  assertPositiveFinite,
+  optionNames,
+} from '../core/validate.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
+  KEYED_LIMITER_OPTIONS,
   type KeyedLimiterOptions,
   type KeyedLocalLimiter,
   type ResolvedKeyedOptions,
@@ -33,7 +41,15 @@ export interface KeyedGcra extends KeyedLocalLimiter {
  * const perTenant = createKeyedGcra({ limit: 600, periodMs: 60_000, burst: 50 });
  * if (!perTenant.tryTake(tenantId)) throw new TooManyRequests();
  */
+const KEYED_GCRA_OPTIONS = optionNames<KeyedGcraOptions>({
+  limit: true,
+  periodMs: true,
+  burst: true,
+  ...KEYED_LIMITER_OPTIONS,
+});
+
 export function createKeyedGcra(options: KeyedGcraOptions): KeyedGcra {
+  assertKnownOptions(options, KEYED_GCRA_OPTIONS, 'createKeyedGcra');
   const { limit, periodMs } = options;
   const burst = options.burst ?? limit;
   assertPositiveFinite('limit', limit);

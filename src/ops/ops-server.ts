@@ -1,6 +1,7 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Registry } from 'prom-client';
+import { assertKnownOptions, optionNames } from '../core/validate.js';
 import { formatHostPort } from '../protocol/host-port.js';
 import { createHostCheck } from '../server/host-allowlist.js';
 import {
@@ -56,7 +57,17 @@ export interface OpsServer {
  * name to this machine must not read the metrics, which name buckets, limits and hosts. Plain
  * node:http: two routes do not need a framework.
  */
+const OPS_SERVER_OPTIONS = optionNames<OpsServerOptions>({
+  host: true,
+  port: true,
+  allowedHosts: true,
+  registry: true,
+  health: true,
+  headersTimeoutMs: true,
+});
+
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
+  assertKnownOptions(options, OPS_SERVER_OPTIONS, 'startOpsServer');
   const host = options.host ?? '127.0.0.1';
   const headersTimeout = validateHeadersTimeoutMs(options.headersTimeoutMs, 'headersTimeoutMs');
   const { registry, health } = options;

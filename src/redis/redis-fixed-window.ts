@@ -1,7 +1,7 @@
 import { loadLuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
 import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions } from './redis-window-options.js';
+import { assertWindowOptionNames, assertWindowOptions } from './redis-window-options.js';
 
 export const fixedWindowScript = loadLuaScript('fixed-window');
 
@@ -23,6 +23,7 @@ export interface RedisFixedWindowOptions extends RedisLimiterCommonOptions {
  * 12:00:59.95 is rejected with retryAfterMs 50; 100 more at 12:01:00.0 are admitted again.
  */
 export function createRedisFixedWindow(o: RedisFixedWindowOptions): RedisLimiter {
+  assertWindowOptionNames(o, 'createRedisFixedWindow');
   assertWindowOptions(o?.limit, o?.windowMs);
   const { limit, windowMs } = o;
   return createRedisLimiter(o, {

@@ -1,7 +1,7 @@
 import { loadLuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
 import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions } from './redis-window-options.js';
+import { assertWindowOptionNames, assertWindowOptions } from './redis-window-options.js';
 
 export const slidingCounterScript = loadLuaScript('sliding-counter');
 
@@ -25,6 +25,7 @@ export interface RedisSlidingCounterOptions extends RedisLimiterCommonOptions {
  * 15 s into it: estimate = 80 * 45/60 + 30 = 90, so 10 more are admitted now.
  */
 export function createRedisSlidingCounter(o: RedisSlidingCounterOptions): RedisLimiter {
+  assertWindowOptionNames(o, 'createRedisSlidingCounter');
   assertWindowOptions(o?.limit, o?.windowMs);
   const { limit, windowMs } = o;
   return createRedisLimiter(o, {

@@ -2,7 +2,7 @@ import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { loadLuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
 import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions } from './redis-window-options.js';
+import { assertWindowOptionNames, assertWindowOptions } from './redis-window-options.js';
 
 export const slidingLogScript = loadLuaScript('sliding-log');
 
@@ -30,6 +30,7 @@ export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
 export const MAX_SLIDING_LOG_LIMIT = 100_000;
 
 export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
+  assertWindowOptionNames(o, 'createRedisSlidingLog');
   assertWindowOptions(o?.limit, o?.windowMs);
   const { limit, windowMs } = o;
   if (limit > MAX_SLIDING_LOG_LIMIT) {

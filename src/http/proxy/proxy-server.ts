@@ -37,6 +37,7 @@ import {
   type ProxyMetrics,
   type ProxyOutcome,
 } from './proxy-metrics.js';
+import { assertProxyServerOptionNames } from './proxy-options.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { joinTunnel, type Tunnel } from './tunnel.js';
@@ -178,6 +179,7 @@ class LazyRequestFacts implements RequestFacts {
  * See docs/proxy.md.
  */
 export async function startProxyServer(options: ProxyServerOptions): Promise<ProxyServer> {
+  assertProxyServerOptionNames(options);
   const metrics = options.metrics ?? noProxyMetrics;
   const logger = options.logger;
   const backend = options.backend;
