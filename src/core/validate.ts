@@ -26,28 +26,43 @@ export function describeValue(value: unknown): string {
 }
 
 /**
- * The known name an unknown one was probably meant to be, or undefined: one that differs in letter
- * case only, one of which the other is a prefix (`limit` for `limitRps`), or one within a few edits
- * (`trustedProxy` for `trustedProxies`, `limt` for `limit`): at most 1 edit for names of up to 4
- * characters, then one per 4 characters.
+ * The known name an unknown one was probably meant to be, or undefined. First the closest within a
+ * few edits (`limt` for `limit`, `trustedProxy` for `trustedProxies`, `mdoe` for `mode`: two
+ * neighbours swapped count as one edit; one edit per 3 characters, at least one); else, for a name
+ * of 3 characters or more, one it begins within an edit (`limit` or `limt` for `limitRps`) or one
+ * that begins it. Letter case is ignored.
  */
 export function suggestName(unknown: string, known: readonly string[]): string | undefined {
   const folded = unknown.toLowerCase();
   let best: string | undefined;
-  let bestDistance = Number.POSITIVE_INFINITY;
+  let bestEdits = Number.POSITIVE_INFINITY;
   for (const candidate of known) {
-    const edits = distance(folded, candidate.toLowerCase());
-    if (edits < bestDistance) {
-      bestDistance = edits;
+    const other = candidate.toLowerCase();
+    const edits = swappedNeighbours(folded, other) ? 1 : distance(folded, other);
+    if (edits < bestEdits) {
+      bestEdits = edits;
       best = candidate;
     }
   }
-  if (bestDistance <= Math.max(1, Math.floor(unknown.length / 4))) return best;
+  if (bestEdits <= Math.max(1, Math.floor(unknown.length / 3))) return best;
   if (folded.length < 3) return undefined;
   return known.find((candidate) => {
     const other = candidate.toLowerCase();
-    return other.startsWith(folded) || folded.startsWith(other);
+    return folded.startsWith(other) || distance(folded, other.slice(0, folded.length + 1)) <= 1;
   });
+}
+
+/** `a` is `b` with two neighbouring characters swapped. */
+function swappedNeighbours(a: string, b: string): boolean {
+  if (a.length !== b.length) return false;
+  let first = -1;
+  for (let i = 0; i < a.length; i++) {
+    if (a[i] === b[i]) continue;
+    if (first !== -1)
+      return i === first + 1 && a[first] === b[i] && a[i] === b[first] && a.slice(i + 1) === b.slice(i + 1);
+    first = i;
+  }
+  return false;
 }
 
 /**
