@@ -20,6 +20,7 @@ import type { ControlClient, ReportContext, ReportHandler } from '../transport/c
 import { type ControlLogger, silentLogger } from './control-logger.js';
 import { assertAggregatorOptionNames } from './control-options.js';
 import { loosens } from './loosens.js';
+import { ParentEpoch } from './parent-epoch.js';
 import { RecentSequences } from './recent-sequences.js';
 import { DepartedArrivals, isOldNews, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from './reporter-cap.js';
@@ -327,6 +328,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
   }
 
   let intervalMs = configuredIntervalMs;
+  const parentEpoch = new ParentEpoch();
   const hosts = new Map<string, HostState>();
   /** Forgotten hosts' report timing, for a report of theirs that turns up late. */
   const departed = new DepartedArrivals(maxHosts);
@@ -548,7 +550,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     return create(ReportResponseSchema, {
       directives,
       reportIntervalMs: intervalMs,
-      epoch: newestEpoch(host),
+      epoch: parentEpoch.replyEpoch(newestEpoch(host), nowMs, intervalMs),
       responderId: options.id,
     });
   }
@@ -763,6 +765,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     if (response.reportIntervalMs > 0) {
       intervalMs = Math.min(Math.max(response.reportIntervalMs, MIN_INTERVAL_MS), MAX_INTERVAL_MS);
     }
+    parentEpoch.heard(response.epoch, nowMs);
     for (const directive of response.directives) {
       const bucket = buckets.get(directive.bucket);
       if (!bucket) continue;

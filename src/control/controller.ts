@@ -30,6 +30,7 @@ import { clipScale, perHostCapRps, type ReporterCap, validateReporterCap } from 
 import { selectBusiest } from './select-busiest.js';
 import { type TierName, tierName } from './tier-name.js';
 import { checkTokenZone, reporterKey } from './token-zone.js';
+import { UnknownBucketLog } from './unknown-bucket-log.js';
 
 export interface ControllerOptions {
   /** Responder identity put in every reply. */
@@ -316,6 +317,7 @@ export function createController(options: ControllerOptions): Controller {
   /** Live instances per template, for `maxInstances`. */
   const instances = new Map<string, number>();
   const unknownKeys = new Set<string>();
+  const unknownLog = new UnknownBucketLog({ logger, clock: scheduler, controllerId: options.id });
   let version = 0;
   /** The reporter cap's per-bucket bounds from the last tick, for sums updated between ticks. */
   let tickCaps: Map<BucketState, number> | undefined;
@@ -359,6 +361,7 @@ export function createController(options: ControllerOptions): Controller {
     if (!resolved) {
       counters.unknownBuckets++;
       if (unknownKeys.size < maxUnknownKeys) unknownKeys.add(key);
+      unknownLog.note(key);
       return undefined;
     }
     if (buckets.size >= maxBuckets) {
@@ -785,6 +788,7 @@ export function createController(options: ControllerOptions): Controller {
       }
     }
     unknownKeys.clear();
+    unknownLog.clear();
     logger.info(
       { controller: options.id, buckets: next.config.buckets.length, policyReset: resetMemory },
       'control: limits updated',

@@ -127,6 +127,12 @@ export class Bucket implements BucketHandle {
   pinned = false;
 
   hasDirective = false;
+  /**
+   * Replies from a controller generation (epoch above 0) to reports that offered this bucket load,
+   * none with a directive for it, while it has never had one: a known bucket gets one in the first
+   * reply or two (ratio 0 included), so a few mean no rule matches it (unknown-buckets.ts).
+   */
+  repliesWithoutDirective = 0;
   directiveRatio = 0;
   limitRps = 0;
   globalOfferedRps = 0;

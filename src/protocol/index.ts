@@ -3,6 +3,7 @@
 export { acknowledgingId } from './acknowledging-id.js';
 export { formatHostPort } from './host-port.js';
 export { hostsSpokenFor } from './hosts-spoken-for.js';
+export { keyFamily } from './key-family.js';
 export {
   MAX_ACKNOWLEDGED_BY_BYTES,
   MAX_REPORT_WINDOW_MS,
