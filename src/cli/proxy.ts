@@ -2,6 +2,7 @@ import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { watchPolicyAgreement } from '../http/proxy/policy-agreement.js';
 import { createProxyBackend } from '../http/proxy/proxy-backend.js';
 import { startProxyServer } from '../http/proxy/proxy-server.js';
 import { type ProxyRules, parseProxyRules } from '../http/rules/proxy-rules.js';
@@ -148,6 +149,9 @@ export function run(argv: string[]): Promise<number> {
       throw error;
     }
     backend.start();
+    const stopPolicyCheck = backend.globalLimiter
+      ? watchPolicyAgreement({ limiter: backend.globalLimiter, buckets: () => rules.buckets, logger })
+      : () => {};
     let lastReloadError: string | undefined;
     /** SIGTERM (or SIGINT) came: /healthz answers 503 through the shutdown delay and the drain. */
     let stopping = false;
@@ -236,6 +240,8 @@ export function run(argv: string[]): Promise<number> {
               ? {
                   staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
                   consecutiveReportFailures: snapshot.reporter.consecutiveFailures,
+                  // Buckets the controller has no rule for (never a directive): not limited.
+                  bucketsWithoutRule: snapshot.reporter.bucketsWithoutRule,
                 }
               : {}),
           };
@@ -271,6 +277,7 @@ export function run(argv: string[]): Promise<number> {
     }
     await shutdownWithin(logger, drainTimeoutMs + 10_000, async () => {
       watcher.close();
+      stopPolicyCheck();
       const { forcedConnections } = await proxy.close({ drainTimeoutMs });
       if (forcedConnections > 0) {
         logger.warn({ forcedConnections, drainTimeoutMs }, 'drain timeout: connections cut');

@@ -176,7 +176,7 @@ export class Bucket implements BucketHandle {
       const decision: Decision = {
         allowed: true,
         limit: this.limitRps,
-        remaining: this.guarded && this.guard!.tripped ? Math.max(0, this.guard!.tokens) : this.limitRps,
+        remaining: this.guarded && this.guard!.tripped ? Math.max(0, this.guard!.tokens) : this.headroomRps(),
         resetAtMs: nowMs,
         retryAfterMs: 0,
       };
@@ -193,6 +193,18 @@ export class Bucket implements BucketHandle {
       resetAtMs: nowMs + retryAfterMs,
       retryAfterMs,
     };
+  }
+
+  /**
+   * What the fleet left unused of the limit in the window the held directive covers, per second:
+   * `limitRps - offeredRps * (1 - dropRatio)`, at least 0. No host counts down a global limit; this
+   * is the nearest a host knows to "remaining" (RateLimit's `r`): the limit when the fleet is idle, 0
+   * once it drops. A shadow bucket says its limit: a figure that falls as load nears the limit would
+   * show clients a limit that is not enforced.
+   */
+  headroomRps(): number {
+    if (this.shadow) return this.limitRps;
+    return Math.max(0, this.limitRps - this.globalOfferedRps * (1 - this.directiveRatio));
   }
 
   /** One decision; every path counts `cost` into exactly one of admitted or dropped. */

@@ -48,6 +48,12 @@ export interface KeyTemplate {
   /** Header names (lower case) the template reads. */
   readonly headers: readonly string[];
   render(context: KeyContext): string;
+  /**
+   * Whether `key` could be one this template renders: its literal text in place, any non-empty
+   * text for each placeholder (or the folded form of a long key). For telling which rule a
+   * limiter's bucket belongs to, off the request path.
+   */
+  matches(key: string): boolean;
 }
 
 const MISSING = '-';
@@ -92,10 +98,15 @@ export function compileKeyTemplate(
     throw new Error(`"${source}": a key of ${Buffer.byteLength(constant)} bytes; at most ${MAX_KEY_BYTES}`);
   }
   const head = typeof parts[0] === 'string' ? parts[0].slice(0, FOLDED_HEAD_LENGTH) : '';
+  const shape = new RegExp(
+    `^(?:${parts.map((part) => (typeof part === 'string' ? escapeRegExp(part) : '.+?')).join('')}|${escapeRegExp(head)}~h\\.[0-9a-f]{32})$`,
+    's',
+  );
   return {
     source,
     constant,
     headers,
+    matches: (key) => (constant !== undefined ? key === constant : shape.test(key)),
     render(context) {
       if (constant !== undefined) return constant;
       let key = '';
@@ -154,6 +165,10 @@ function placeholder(
         `"${source}": unknown placeholder {${body}} (use {client}, {method}, {route}, {param:name}, {header:name} or {headerHash:name})`,
       );
   }
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
 }
 
 function safeValue(value: string | undefined): string {
