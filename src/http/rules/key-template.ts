@@ -177,6 +177,15 @@ function safeValue(value: string | undefined): string {
   return `h.${hashPrefix(value)}`;
 }
 
+/**
+ * What `{headerHash:…}` renders for a header value: the first 16 hex digits of its SHA-256. An
+ * operator who overrides one caller's limit in the limits file names the instance this way
+ * (`overrides: { "822b33ad87c148a0": 1000 }` for `x-api-key: acme`; `spillway header-hash`).
+ */
+export function headerHash(value: string): string {
+  return hashPrefix(value);
+}
+
 function hashPrefix(value: string): string {
   return createHash('sha256').update(value).digest('hex').slice(0, 16);
 }
