@@ -1,4 +1,5 @@
 import { headerHash } from '../http/rules/key-template.js';
+import { exitQuietlyWhenStdoutCloses } from './closed-stdout.js';
 import { type CommandSpec, listFlag, runCommand } from './command-line.js';
 
 export const spec: CommandSpec = {
@@ -24,6 +25,7 @@ export const spec: CommandSpec = {
 };
 
 export function run(argv: string[]): Promise<number> {
+  exitQuietlyWhenStdoutCloses();
   return runCommand(spec, argv, async (values) => {
     for (const value of listFlag(values, 'value')) process.stdout.write(`${headerHash(value)}\n`);
     return 0;
