@@ -228,8 +228,13 @@ export function run(argv: string[]): Promise<number> {
         // sending before connections close.
         health: () => {
           const snapshot = backend.globalLimiter?.snapshot();
+          const upstream = proxy.upstreamHealth;
           return {
             ok: !stopping,
+            // Degraded, not unhealthy (still 200): the proxy serves, decides and answers; restarting
+            // or unrouting it would not bring the upstream back.
+            status: upstream.state === 'failing' ? 'degraded' : 'ok',
+            upstream,
             stopping,
             draining: proxy.draining,
             backend: backend.kind,

@@ -41,6 +41,7 @@ import { assertProxyServerOptionNames } from './proxy-options.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
 import { type BodyOwner, RequestBody } from './request-body.js';
 import { joinTunnel, type Tunnel } from './tunnel.js';
+import { UpstreamHealth, type UpstreamHealthReport } from './upstream-health.js';
 import { type PoolTurn, UpstreamQueue } from './upstream-queue.js';
 import { switchingProtocolsHead, type UpgradeAnswer, UpstreamUpgrade } from './upstream-upgrade.js';
 
@@ -74,6 +75,8 @@ export interface ProxyServer {
    * answered or abandoned while they waited included (swept out once they are half of it).
    */
   readonly upstreamQueue: { readonly waiting: number; readonly held: number };
+  /** Whether the upstream answers, as the proxy last found it (upstream-health.ts). */
+  readonly upstreamHealth: UpstreamHealthReport;
   /**
    * Apply new rules to requests that arrive from now on (in-flight ones finish under the old).
    * Throws (and changes nothing) when a bucket's limiter cannot be built. Upstream URL, pool size
@@ -194,6 +197,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     keepAliveTimeout: 4_000,
   });
   const queue = new UpstreamQueue(upstreamConfig.connections);
+  const upstreamHealth = new UpstreamHealth(logger);
   metrics.watchQueue(() => queue.depth);
   const queueFullMessage = () =>
     `all ${upstreamConfig.connections} upstream connections are busy and ${upstream.maxQueued} requests wait for one`;
@@ -810,6 +814,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
       // 1xx informational responses are not relayed (Node answers the client's 100-continue itself).
       if (statusCode < 200) return;
       clearTimeout(this.deadline);
+      upstreamHealth.answered();
       this.recordHeadersWait();
       this.body?.responseStarted();
       const res = this.res;
@@ -873,6 +878,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
         return;
       }
       const failure = describeUpstreamFailure(error, upstream);
+      upstreamHealth.failed(failure);
       this.settle(failure.outcome);
       this.closeAfterResponse();
       sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, this.limitHeaders);
@@ -1091,6 +1097,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     },
     get upstreamQueue() {
       return { waiting: queue.depth, held: queue.held };
+    },
+    get upstreamHealth() {
+      return upstreamHealth.report();
     },
     setRules(rules) {
       const next = activate(rules, backend);
