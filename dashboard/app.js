@@ -146,6 +146,7 @@ function render(view) {
     .join(' ');
   $('hosts').textContent = String(view.hostsTotal);
   renderBuckets(view);
+  renderUnknownBuckets(view);
   renderCharts(view);
   renderRules(view);
   renderChildren(view);
@@ -380,6 +381,17 @@ function renderRules(view) {
       );
     }),
   );
+}
+
+/** Keys hosts report that match no rule: unlimited, and said so where the operator looks. */
+function renderUnknownBuckets(view) {
+  const keys = view.unknownBucketKeys ?? [];
+  $('unknown-buckets').hidden = keys.length === 0;
+  if (keys.length === 0) return;
+  const entries = view.counters?.unknownBuckets ?? keys.length;
+  $('unknown-summary').textContent =
+    `${keys.length === 1 ? '1 bucket key' : `${keys.length} bucket keys`} listed (${entries} report entries named such keys since the controller started; the list restarts when the limits file is reloaded).`;
+  $('unknown-keys').replaceChildren(...keys.map((key) => el('li', {}, el('code', { text: key }))));
 }
 
 function renderChildren(view) {

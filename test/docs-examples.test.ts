@@ -3,6 +3,7 @@ import { readdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, it } from 'node:test';
 import { parse } from 'yaml';
+import { compileLimits, matchBucket } from '../src/config/compile-limits.js';
 import { parseLimitsConfig } from '../src/config/limits-config.js';
 import { parseProxyRules } from '../src/http/rules/proxy-rules.js';
 import { parseScenario } from '../src/sim/scenario.js';
@@ -77,5 +78,48 @@ describe('metric names in the docs', () => {
       }
     }
     assert.deepEqual(unknown, []);
+  });
+});
+
+/**
+ * The example files go together (README "Running the global limiter"): every key the global rules
+ * render is a bucket the example limits have a rule for, at the limit the rule says in
+ * RateLimit-Policy, and every template rule a doc's example keys by is in examples/limits.yaml.
+ * (That the override applies end to end: test/integration/examples.test.ts.)
+ */
+describe('the example files agree', () => {
+  const limits = compileLimits(
+    parseLimitsConfig(readFileSync('examples/limits.yaml', 'utf8'), 'limits.yaml'),
+  );
+  const rules = parseProxyRules(readFileSync('examples/proxy-rules-global.yaml', 'utf8'), 'rules.yaml');
+
+  for (const bucket of rules.buckets) {
+    it(`proxy-rules-global.yaml's ${bucket.config.name} keys a bucket limits.yaml limits as its rule says`, () => {
+      const key = bucket.key.render({
+        client: '203.0.113.7',
+        method: 'POST',
+        route: '/v1',
+        params: { id: '42' },
+        // A caller without an override: the rule's own limit applies.
+        header: (name) => (name === 'x-api-key' ? 'zed' : undefined),
+      });
+      const resolved = matchBucket(limits, key);
+      assert.ok(resolved, `no rule of examples/limits.yaml matches "${key}": it would not be limited`);
+      assert.equal(bucket.config.limit / bucket.config.windowSec, resolved.limitRps, key);
+    });
+  }
+
+  it("every template rule a doc's example keys by is in examples/limits.yaml", () => {
+    const templates = new Set(limits.config.buckets.map((rule) => rule.template).filter(Boolean));
+    const named = ['README.md', ...readdirSync('docs').map((name) => `docs/${name}`)]
+      .filter((file) => file.endsWith('.md'))
+      .flatMap((file) =>
+        [...readFileSync(file, 'utf8').matchAll(/template rule `([^`]+)`/g)].map((m) => [file, m[1]!]),
+      );
+    assert.ok(named.length > 0);
+    assert.deepEqual(
+      named.filter(([, template]) => !templates.has(template)),
+      [],
+    );
   });
 });

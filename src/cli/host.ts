@@ -146,6 +146,8 @@ export function run(argv: string[]): Promise<number> {
           staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
           consecutiveReportFailures: snapshot.reporter.consecutiveFailures,
           lastReportSuccessAtMs: snapshot.reporter.lastSuccessAtMs ?? null,
+          // Buckets the controller has no rule for (never a directive): not limited.
+          bucketsWithoutRule: snapshot.reporter.bucketsWithoutRule,
         };
       },
     });

@@ -27,6 +27,11 @@ export const subcommands: Record<string, Subcommand> = {
     summary: "simulate a fleet in virtual time and measure the global limiter's accuracy",
     load: () => import('./sim.js'),
   },
+  'header-hash': {
+    summary:
+      'print what {headerHash:name} renders for a header value, to name a hashed caller in the limits file',
+    load: () => import('./header-hash.js'),
+  },
   host: {
     summary: 'run a data-plane host offering synthetic load to the global limiter (tests, demos)',
     load: () => import('./host.js'),

@@ -2,6 +2,7 @@ import { hostname } from 'node:os';
 import { setTimeout as delay } from 'node:timers/promises';
 import { readConfigFile } from '../config/read-config-file.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { watchPolicyAgreement } from '../http/proxy/policy-agreement.js';
 import { createProxyBackend } from '../http/proxy/proxy-backend.js';
 import { startProxyServer } from '../http/proxy/proxy-server.js';
 import { type ProxyRules, parseProxyRules } from '../http/rules/proxy-rules.js';
@@ -133,6 +134,9 @@ export function run(argv: string[]): Promise<number> {
       throw error;
     }
     backend.start();
+    const stopPolicyCheck = backend.globalLimiter
+      ? watchPolicyAgreement({ limiter: backend.globalLimiter, buckets: () => rules.buckets, logger })
+      : () => {};
     /** SIGTERM (or SIGINT) came: /healthz answers 503 through the shutdown delay and the drain. */
     let stopping = false;
     const reloader = new ConfigReloader({
@@ -165,8 +169,13 @@ export function run(argv: string[]): Promise<number> {
         // sending before connections close.
         health: () => {
           const snapshot = backend.globalLimiter?.snapshot();
+          const upstream = proxy.upstreamHealth;
           return {
             ok: !stopping,
+            // Degraded, not unhealthy (still 200): the proxy serves, decides and answers; restarting
+            // or unrouting it would not bring the upstream back.
+            status: upstream.state === 'failing' ? 'degraded' : 'ok',
+            upstream,
             stopping,
             draining: proxy.draining,
             backend: backend.kind,
@@ -177,6 +186,8 @@ export function run(argv: string[]): Promise<number> {
               ? {
                   staleDirectives: snapshot.buckets.filter((b) => b.stale).length,
                   consecutiveReportFailures: snapshot.reporter.consecutiveFailures,
+                  // Buckets the controller has no rule for (never a directive): not limited.
+                  bucketsWithoutRule: snapshot.reporter.bucketsWithoutRule,
                 }
               : {}),
           };
@@ -212,6 +223,7 @@ export function run(argv: string[]): Promise<number> {
     }
     await shutdownWithin(logger, drainTimeoutMs + 10_000, async () => {
       watcher.close();
+      stopPolicyCheck();
       const { forcedConnections } = await proxy.close({ drainTimeoutMs });
       if (forcedConnections > 0) {
         logger.warn({ forcedConnections, drainTimeoutMs }, 'drain timeout: connections cut');

@@ -1,5 +1,12 @@
 import { z } from 'zod';
-import { describeZodIssue, formatConfigPath, type LocatedIssue, parseLocatedYaml } from './located-yaml.js';
+import {
+  describeZodIssue,
+  firstIssue,
+  formatConfigPath,
+  type LocatedIssue,
+  parseLocatedYaml,
+  type UnknownFieldHints,
+} from './located-yaml.js';
 import { readConfigFile } from './read-config-file.js';
 
 export { formatConfigPath };
@@ -117,6 +124,20 @@ const limitsSchema = z.strictObject({
   ratioPolicy: ratioPolicySchema.optional(),
 });
 
+/**
+ * Fields of the proxy's rules file (and other limiters) that a reader may carry over into the limits
+ * file, which has no window: every limit is a rate.
+ */
+const PROXY_FIELD_HINT =
+  "the limits file has no window: write limitRps, units per second (a proxy rule's limit / windowSec)";
+const LIMITS_FIELD_HINTS: UnknownFieldHints = {
+  limit: PROXY_FIELD_HINT,
+  windowSec: PROXY_FIELD_HINT,
+  windowMs: PROXY_FIELD_HINT,
+  window: PROXY_FIELD_HINT,
+  name: 'a bucket is named by "key" (one bucket) or "template" (one per value of its "*")',
+};
+
 /** One problem found in a config, located by its path in the document. */
 export type ConfigIssue = LocatedIssue;
 
@@ -126,7 +147,11 @@ export type ConfigIssue = LocatedIssue;
  */
 export function checkLimitsConfig(input: unknown): { config: LimitsConfig } | { issue: ConfigIssue } {
   const parsed = limitsSchema.safeParse(input);
-  if (!parsed.success) return { issue: describeZodIssue(parsed.error.issues[0]!, input, limitsSchema) };
+  if (!parsed.success) {
+    return {
+      issue: describeZodIssue(firstIssue(parsed.error.issues), input, limitsSchema, LIMITS_FIELD_HINTS),
+    };
+  }
   return checkParsedLimits(parsed.data);
 }
 
@@ -221,10 +246,16 @@ function checkRule(
  * `file:line:col: <path>: <what>` and details `{ file, line, column, path }` (line and column 1-based).
  */
 export function parseLimitsConfig(text: string, fileName = '<limits>'): LimitsConfig {
-  return parseLocatedYaml(text, fileName, limitsSchema, (raw) => {
-    const checked = checkParsedLimits(raw);
-    return 'config' in checked ? { value: checked.config } : checked;
-  });
+  return parseLocatedYaml(
+    text,
+    fileName,
+    limitsSchema,
+    (raw) => {
+      const checked = checkParsedLimits(raw);
+      return 'config' in checked ? { value: checked.config } : checked;
+    },
+    LIMITS_FIELD_HINTS,
+  );
 }
 
 /** Read and parse a limits file. File-system failures become ERR_SPILLWAY_INVALID_CONFIG too. */

@@ -11,6 +11,7 @@ import {
 } from 'yaml';
 import type { z } from 'zod';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { suggestName } from '../core/validate.js';
 
 /**
  * YAML + zod with errors that point into the file: `limits.yaml:7:11: buckets[1].mode: ...`. Every
@@ -27,6 +28,13 @@ export interface LocatedIssue {
 }
 
 /**
+ * What a file's loader adds to the message for a field it does not know, by name: where the field
+ * belongs, when a reader is likely to write it from another file (`limit` of a proxy rule in the
+ * limits file).
+ */
+export type UnknownFieldHints = Readonly<Record<string, string>>;
+
+/**
  * Parses `text` and validates it with `schema`, then `check` (rules the schema cannot express).
  * Throws SpillwayError ERR_SPILLWAY_INVALID_CONFIG, message `file:line:col: <path>: <what>`,
  * details `{ file, line, column, path }`.
@@ -36,6 +44,7 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
   fileName: string,
   schema: S,
   check: (value: z.output<S>) => { value: T } | { issue: LocatedIssue },
+  hints: UnknownFieldHints = {},
 ): T {
   const lineCounter = new LineCounter();
   const doc = parseDocument(text, { lineCounter, prettyErrors: false, uniqueKeys: true });
@@ -137,7 +146,7 @@ export function parseLocatedYaml<S extends z.ZodType, T>(
     if ('value' in checked) return checked.value;
     issue = checked.issue;
   } else {
-    issue = describeZodIssue(parsed.error.issues[0]!, input, schema);
+    issue = describeZodIssue(firstIssue(parsed.error.issues), input, schema, hints);
   }
   const offset = locate(doc.contents, issue.path, issue.atKey === true);
   const { line, col } = lineCounter.linePos(offset);
@@ -165,19 +174,46 @@ function locatedError(
   });
 }
 
+/**
+ * The issue to report of those zod found: an unknown field first, wherever it is. A typo
+ * (`limt: 10`) also leaves the field it meant missing, and "limit is required" would send the
+ * reader looking for a field they did write.
+ */
+export function firstIssue(issues: readonly z.core.$ZodIssue[]): z.core.$ZodIssue {
+  return issues.find((issue) => issue.code === 'unrecognized_keys') ?? issues[0]!;
+}
+
 /** Turn a zod issue into a short message in the file's own vocabulary. */
-export function describeZodIssue(issue: z.core.$ZodIssue, input: unknown, schema: z.ZodType): LocatedIssue {
+export function describeZodIssue(
+  issue: z.core.$ZodIssue,
+  input: unknown,
+  schema: z.ZodType,
+  hints: UnknownFieldHints = {},
+): LocatedIssue {
   const path = issue.path.filter((p): p is string | number => typeof p !== 'symbol');
   const got = valueAt(input, path);
   switch (issue.code) {
     case 'unrecognized_keys': {
-      const field = issue.keys[0]!;
-      const allowed = allowedFields(schema, path);
+      const allowed = allowedFields(schema, path, input);
+      const named = issue.keys.map((field) => {
+        const hint = Object.hasOwn(hints, field) ? hints[field] : undefined;
+        const suggestion = hint === undefined && allowed ? suggestName(field, allowed) : undefined;
+        return {
+          field,
+          note: hint ?? (suggestion === undefined ? undefined : `did you mean "${suggestion}"?`),
+        };
+      });
+      const first = named[0]!;
+      const notes = new Set(named.map(({ note }) => note));
+      const list =
+        named.length === 1 || (notes.size === 1 && first.note !== undefined)
+          ? `unknown field${named.length === 1 ? '' : 's'} ${named.map(({ field }) => `"${field}"`).join(', ')}${first.note ? `; ${first.note}` : ''}`
+          : `unknown fields ${named.map(({ field, note }) => `"${field}"${note ? ` (${note})` : ''}`).join(', ')}`;
       return {
-        path: [...path, field],
+        path: [...path, first.field],
         atKey: true,
         label: formatConfigPath(path),
-        message: `unknown field "${field}"${allowed ? ` (allowed: ${allowed.join(', ')})` : ''}`,
+        message: `${list}${allowed ? ` (allowed: ${allowed.join(', ')})` : ''}`,
       };
     }
     case 'invalid_type':
@@ -217,18 +253,40 @@ export function describeZodIssue(issue: z.core.$ZodIssue, input: unknown, schema
   }
 }
 
-/** Field names of the object schema at `path`, for "unknown field" messages. */
-function allowedFields(schema: z.ZodType, path: (string | number)[]): string[] | undefined {
+/**
+ * Field names of the object schema at `path`, for "unknown field" messages; through a discriminated
+ * union (a backend's `kind`) to the option the input's discriminator selects.
+ */
+function allowedFields(schema: z.ZodType, path: (string | number)[], input: unknown): string[] | undefined {
+  interface Def {
+    type?: string;
+    shape?: Record<string, unknown>;
+    element?: unknown;
+    options?: unknown[];
+    discriminator?: string;
+  }
+  const defOf = (at: unknown, value: unknown): Def | undefined => {
+    let def = (unwrap(at) as { def?: Def }).def;
+    if (def?.type === 'union' && def.discriminator !== undefined && def.options) {
+      const chosen = (value as Record<string, unknown> | undefined)?.[def.discriminator];
+      const option = def.options.find((candidate) => {
+        const literal = (unwrap(candidate) as { def?: Def }).def?.shape?.[def!.discriminator!];
+        return ((literal as { def?: { values?: unknown[] } })?.def?.values ?? []).includes(chosen);
+      });
+      def = option === undefined ? undefined : (unwrap(option) as { def?: Def }).def;
+    }
+    return def;
+  };
   let current: unknown = schema;
+  let value = input;
   for (const segment of path) {
-    current = unwrap(current);
-    const def = (current as { def?: { type?: string; shape?: Record<string, unknown>; element?: unknown } })
-      .def;
+    const def = defOf(current, value);
     if (def?.type === 'array' && typeof segment === 'number') current = def.element;
     else if (def?.type === 'object' && typeof segment === 'string') current = def.shape?.[segment];
     else return undefined;
+    value = (value as Record<string | number, unknown> | undefined)?.[segment];
   }
-  const def = (unwrap(current) as { def?: { type?: string; shape?: Record<string, unknown> } }).def;
+  const def = defOf(current, value);
   return def?.type === 'object' && def.shape ? Object.keys(def.shape) : undefined;
 }
 

@@ -14,7 +14,9 @@ import type { ControlClient, ReportContext, ReportHandler } from '../transport/c
 import { type AggregatorSnapshot, aggregatorSnapshot } from './aggregator-snapshot.js';
 import { ChildLedger } from './child-ledger.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { assertAggregatorOptionNames } from './control-options.js';
 import { DirectiveCache } from './directive-cache.js';
+import { ParentEpoch } from './parent-epoch.js';
 import { ParentForwarder } from './parent-forwarder.js';
 import { type ReporterCap, validateReporterCap } from './reporter-cap.js';
 import { tierName } from './tier-name.js';
@@ -127,6 +129,7 @@ export interface Aggregator {
  * may be another aggregator (zone -> region -> controller).
  */
 export function createAggregator(options: AggregatorOptions): Aggregator {
+  assertAggregatorOptionNames(options);
   const settings = aggregatorSettings(options);
   const scheduler = options.scheduler ?? systemScheduler;
   const logger = options.logger ?? silentLogger;
@@ -167,6 +170,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     scheduler.nowMs(),
   );
   const cache = new DirectiveCache();
+  const parentEpoch = new ParentEpoch();
   const forwarder: ParentForwarder = new ParentForwarder({
     id: options.id,
     parents: options.parents,
@@ -181,6 +185,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     buildReport: (nowMs, acknowledgement) => sums.buildReport(nowMs, acknowledgement),
     applyDirectives: (directives, sequence) =>
       cache.apply(directives, sequence, scheduler.nowMs(), (key) => sums.get(key)),
+    heardEpoch: (epoch) => parentEpoch.heard(epoch, scheduler.nowMs()),
   });
 
   function handleReport(request: ReportRequest, context: ReportContext): ReportResponse {
@@ -207,7 +212,7 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
     return create(ReportResponseSchema, {
       directives,
       reportIntervalMs: forwarder.intervalMs,
-      epoch: cache.newestEpoch(usage),
+      epoch: parentEpoch.replyEpoch(cache.newestEpoch(usage), scheduler.nowMs(), forwarder.intervalMs),
       responderId: options.id,
     });
   }

@@ -1,7 +1,9 @@
 import { type CompiledLimits, matchBucket, type ResolvedBucket } from '../config/compile-limits.js';
+import type { Clock } from '../core/clock.js';
 import type { BucketUsage, Directive, Mode } from '../gen/spillway/v1/control_pb.js';
 import type { UsageRates } from './child-ledger.js';
 import type { ControlLogger } from './control-logger.js';
+import { UnknownBucketLog } from './unknown-bucket-log.js';
 
 /** Sums of fresh children's rates for a bucket (or one zone of it), and the ratio computed from them. */
 export interface Group {
@@ -79,6 +81,8 @@ export interface ControllerBucketsOptions {
   maxBuckets: number;
   maxUnknownKeys: number;
   logger: ControlLogger;
+  /** For the unknown-bucket log's rate limit. */
+  clock: Clock;
   /** How long a child may be silent before it expires. */
   childExpiryMs: () => number;
   /** A new group for a bucket that matched `resolved`, with fresh ratio-policy memory. */
@@ -105,12 +109,19 @@ export class ControllerBuckets {
   readonly #instances = new Map<string, number>();
   /** Up to `maxUnknownKeys` distinct unknown keys, oldest first. */
   readonly #unknownKeys = new Set<string>();
+  /** Logs unknown keys, a line per key family per minute at most. */
+  readonly #unknownLog: UnknownBucketLog;
   /** A bound was logged since the last tick (one line per tick at most). */
   #capacityWarned = false;
 
   constructor(options: ControllerBucketsOptions) {
     this.#options = options;
     this.#limits = options.limits;
+    this.#unknownLog = new UnknownBucketLog({
+      logger: options.logger,
+      clock: options.clock,
+      controllerId: options.id,
+    });
   }
 
   get limits(): CompiledLimits {
@@ -173,6 +184,7 @@ export class ControllerBuckets {
     if (!resolved) {
       this.counters.unknownBuckets++;
       if (this.#unknownKeys.size < this.#options.maxUnknownKeys) this.#unknownKeys.add(key);
+      this.#unknownLog.note(key);
       return undefined;
     }
     if (this.#buckets.size >= this.#options.maxBuckets) {
@@ -236,6 +248,7 @@ export class ControllerBuckets {
       }
     }
     this.#unknownKeys.clear();
+    this.#unknownLog.clear();
   }
 
   /** Logs a bound reached, once until `resetCapacityWarning` (each tick). */

@@ -13,6 +13,7 @@ import type { ReportLimits } from '../protocol/validate-report.js';
 import type { ReportContext, ReportHandler } from '../transport/control-transport.js';
 import { ChildLedger } from './child-ledger.js';
 import { type ControlLogger, silentLogger } from './control-logger.js';
+import { assertControllerOptionNames } from './control-options.js';
 import { ControllerBuckets } from './controller-buckets.js';
 import {
   type ControllerSnapshot,
@@ -113,6 +114,8 @@ const DEFAULT_MAX_CHILDREN = 10_000;
  * interleave. Memory: bounded by maxChildren × (buckets per report) plus maxBuckets.
  */
 export function createController(options: ControllerOptions): Controller {
+  assertControllerOptionNames(options);
+  assertControllerOptionNames(options);
   const scheduler = options.scheduler ?? systemScheduler;
   const logger = options.logger ?? silentLogger;
   const epoch = Math.floor(options.epoch ?? startEpoch(scheduler.nowMs(), options.random ?? Math.random));
@@ -133,6 +136,7 @@ export function createController(options: ControllerOptions): Controller {
     maxBuckets: options.maxBuckets ?? DEFAULT_MAX_BUCKETS,
     maxUnknownKeys: options.maxUnknownKeys ?? 64,
     logger,
+    clock: scheduler,
     childExpiryMs: () => childExpiryMs,
     newGroup: (resolved) => ratios.newGroup(resolved),
   });

@@ -40,6 +40,8 @@ export interface ParentForwarderOptions {
   buildReport: (nowMs: number, acknowledgement: Acknowledgement) => ReportRequest;
   /** Takes a reply's directives for the forward `sequence`; returns whether any was taken. */
   applyDirectives: (directives: readonly Directive[], sequence: bigint) => boolean;
+  /** A parent replied from controller generation `epoch` (0: a reply that names none). */
+  heardEpoch?: (epoch: bigint) => void;
 }
 
 /**
@@ -250,6 +252,7 @@ export class ParentForwarder {
     if (response.reportIntervalMs > 0) {
       this.#intervalMs = Math.min(Math.max(response.reportIntervalMs, MIN_INTERVAL_MS), MAX_INTERVAL_MS);
     }
+    this.#options.heardEpoch?.(response.epoch);
     if (this.#options.applyDirectives(response.directives, forwardSequence)) this.#coldForwardArmed = true;
   }
 

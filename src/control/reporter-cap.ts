@@ -1,4 +1,5 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, describeValue } from '../core/validate.js';
 
 /**
  * Bounds how much one reporter (a host, or a lower tier per host it speaks for) can add to a
@@ -27,6 +28,7 @@ export function validateReporterCap(cap: ReporterCap, field = 'reporterCap'): Re
   if (typeof cap !== 'object' || cap === null) {
     throw new SpillwayError(ErrorCode.InvalidOption, `${field} must be an object`, { field });
   }
+  assertKnownOptions(cap, ['medianMultiple', 'floorRps', 'maxRps'], field);
   for (const name of ['medianMultiple', 'floorRps', 'maxRps'] as const) {
     const value = cap[name];
     if (value === undefined) continue;
@@ -38,7 +40,7 @@ export function validateReporterCap(cap: ReporterCap, field = 'reporterCap'): Re
     ) {
       throw new SpillwayError(
         ErrorCode.InvalidOption,
-        `${field}.${name} must be a number >= ${name === 'medianMultiple' ? 1 : 0}, got ${String(value)}`,
+        `${field}.${name} must be a number >= ${name === 'medianMultiple' ? 1 : 0}, got ${describeValue(value)}`,
         { field: `${field}.${name}` },
       );
     }

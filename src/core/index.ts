@@ -5,7 +5,11 @@ export { ErrorCode, isSpillwayError, SpillwayError } from './errors.js';
 export {
   assertCost,
   assertKey,
+  assertKnownOptions,
   assertPositiveFinite,
   assertPositiveInteger,
   DEFAULT_MAX_KEY_LENGTH,
+  describeValue,
+  optionNames,
+  suggestName,
 } from './validate.js';

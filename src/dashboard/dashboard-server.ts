@@ -1,6 +1,7 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { z } from 'zod';
 import type { ControllerSnapshot, ControllerSnapshotOptions } from '../control/controller.js';
+import { assertKnownOptions, optionNames } from '../core/validate.js';
 import type { Logger } from '../ops/logger.js';
 import { type ClientFailure, requestHeadFault } from '../server/http-client-error.js';
 import { createHttpServer } from '../server/http-server.js';
@@ -100,7 +101,27 @@ const acceptBody = z.strictObject({ id: z.string().min(1).max(256) });
  * routes. Read-only routes are open (bind to loopback, or put it behind your own access control);
  * admin routes need the bearer token and are audited.
  */
+const DASHBOARD_SERVER_OPTIONS = optionNames<DashboardServerOptions>({
+  host: true,
+  port: true,
+  allowedHosts: true,
+  controller: true,
+  overrides: true,
+  admin: true,
+  adminToken: true,
+  tuning: true,
+  logger: true,
+  maxStreamClients: true,
+  maxStreamClientsPerAddress: true,
+  heartbeatMs: true,
+  headersTimeoutMs: true,
+  historyLength: true,
+  view: true,
+  staticDir: true,
+});
+
 export async function startDashboardServer(options: DashboardServerOptions): Promise<DashboardServer> {
+  assertKnownOptions(options, DASHBOARD_SERVER_OPTIONS, 'startDashboardServer');
   const { controller, overrides, admin, tuning, logger } = options;
   const adminToken = options.adminToken || undefined;
   // Requests Node's parser rejects or its timeouts expire: the dashboard's error shape, not Node's

@@ -1,6 +1,7 @@
 import type { Clock, Random } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { describeValue } from '../core/validate.js';
 import { type Directive, Mode } from '../gen/spillway/v1/control_pb.js';
 import { BurstGuard, type ResolvedBurstGuard } from './burst-guard.js';
 import { isNewerDirective } from './directive-order.js';
@@ -126,6 +127,12 @@ export class Bucket implements BucketHandle {
   pinned = false;
 
   hasDirective = false;
+  /**
+   * Replies from a controller generation (epoch above 0) to reports that offered this bucket load,
+   * none with a directive for it, while it has never had one: a known bucket gets one in the first
+   * reply or two (ratio 0 included), so a few mean no rule matches it (unknown-buckets.ts).
+   */
+  repliesWithoutDirective = 0;
   directiveRatio = 0;
   limitRps = 0;
   globalOfferedRps = 0;
@@ -169,7 +176,7 @@ export class Bucket implements BucketHandle {
       const decision: Decision = {
         allowed: true,
         limit: this.limitRps,
-        remaining: this.guarded && this.guard!.tripped ? Math.max(0, this.guard!.tokens) : this.limitRps,
+        remaining: this.guarded && this.guard!.tripped ? Math.max(0, this.guard!.tokens) : this.headroomRps(),
         resetAtMs: nowMs,
         retryAfterMs: 0,
       };
@@ -186,6 +193,18 @@ export class Bucket implements BucketHandle {
       resetAtMs: nowMs + retryAfterMs,
       retryAfterMs,
     };
+  }
+
+  /**
+   * What the fleet left unused of the limit in the window the held directive covers, per second:
+   * `limitRps - offeredRps * (1 - dropRatio)`, at least 0. No host counts down a global limit; this
+   * is the nearest a host knows to "remaining" (RateLimit's `r`): the limit when the fleet is idle, 0
+   * once it drops. A shadow bucket says its limit: a figure that falls as load nears the limit would
+   * show clients a limit that is not enforced.
+   */
+  headroomRps(): number {
+    if (this.shadow) return this.limitRps;
+    return Math.max(0, this.limitRps - this.globalOfferedRps * (1 - this.directiveRatio));
   }
 
   /** One decision; every path counts `cost` into exactly one of admitted or dropped. */
@@ -360,9 +379,13 @@ function seedFrom(random: Random): number {
 }
 
 function throwInvalidCost(cost: unknown): never {
-  throw new SpillwayError(ErrorCode.InvalidCost, `cost must be a finite number >= 0, got ${String(cost)}`, {
-    field: 'cost',
-  });
+  throw new SpillwayError(
+    ErrorCode.InvalidCost,
+    `cost must be a finite number >= 0, got ${describeValue(cost)}`,
+    {
+      field: 'cost',
+    },
+  );
 }
 
 function finiteNonNegative(value: number): number {

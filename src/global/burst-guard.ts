@@ -1,5 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, describeValue, optionNames } from '../core/validate.js';
 
 /**
  * The burst guard: a host-local check that cuts a spike inside the interval the feedback loop
@@ -75,6 +76,14 @@ export const DEFAULT_BURST_GUARD: Readonly<ResolvedBurstGuard> = Object.freeze({
   drainFactor: 2.2,
 });
 
+const BURST_GUARD_OPTIONS = optionNames<BurstGuardOptions>({
+  slackRatio: true,
+  burstWindowMs: true,
+  tripUnits: true,
+  tripWindowMs: true,
+  drainFactor: true,
+});
+
 export function resolveBurstGuard(
   options: BurstGuardOptions | false | undefined,
 ): ResolvedBurstGuard | undefined {
@@ -84,6 +93,7 @@ export function resolveBurstGuard(
       field: 'burstGuard',
     });
   }
+  assertKnownOptions(options, BURST_GUARD_OPTIONS, 'burstGuard');
   return {
     slackRatio: checked(options.slackRatio, DEFAULT_BURST_GUARD.slackRatio, 'slackRatio', 0, true),
     burstWindowMs: checked(
@@ -110,7 +120,7 @@ function checked(
   if (typeof value !== 'number' || !Number.isFinite(value) || (inclusive ? value < min : value <= min)) {
     throw new SpillwayError(
       ErrorCode.InvalidOption,
-      `burstGuard.${name} must be a finite number ${inclusive ? '>=' : '>'} ${min}`,
+      `burstGuard.${name} must be a finite number ${inclusive ? '>=' : '>'} ${min}, got ${describeValue(value)}`,
       { field: `burstGuard.${name}` },
     );
   }

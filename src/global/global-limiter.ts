@@ -3,6 +3,7 @@ import type { Random, Scheduler } from '../core/clock.js';
 import { systemScheduler } from '../core/clock.js';
 import type { Decision, SyncLimiter } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, describeValue, optionNames } from '../core/validate.js';
 import { coarseClock } from '../local/coarse-clock.js';
 import { SENDER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
 import type { ControlClient } from '../transport/control-transport.js';
@@ -220,10 +221,33 @@ function snapshotBucket(bucket: Bucket, nowMs: number): BucketSnapshot {
  * The data plane of the global rate limiter: decisions in process from a per-bucket drop ratio,
  * usage reported every interval, directives applied from the replies. See docs/global-data-plane.md.
  */
+const GLOBAL_LIMITER_OPTIONS = optionNames<GlobalLimiterOptions>({
+  reporterId: true,
+  zone: true,
+  region: true,
+  clients: true,
+  intervalMs: true,
+  jitterRatio: true,
+  reportTimeoutMs: true,
+  scheduler: true,
+  random: true,
+  stalePolicy: true,
+  maxBuckets: true,
+  maxKeyLength: true,
+  burstGuard: true,
+  localRescale: true,
+  defaultMode: true,
+  logger: true,
+  maxBucketsPerReport: true,
+  carryOverMaxMs: true,
+  idleExpiryMs: true,
+});
+
 export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimiter {
   if (typeof options !== 'object' || options === null) {
     throw invalidOption('options', 'options must be an object');
   }
+  assertKnownOptions(options, GLOBAL_LIMITER_OPTIONS, 'createGlobalLimiter');
   const reporterId = options.reporterId;
   if (typeof reporterId !== 'string' || reporterId.length === 0 || Buffer.byteLength(reporterId) > 256) {
     throw invalidOption('reporterId', 'reporterId must be a non-empty string of at most 256 bytes');
@@ -313,14 +337,14 @@ function invalidOption(field: string, message: string): SpillwayError {
 
 function positiveFinite(field: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-    throw invalidOption(field, `${field} must be a positive finite number, got ${String(value)}`);
+    throw invalidOption(field, `${field} must be a positive finite number, got ${describeValue(value)}`);
   }
   return value;
 }
 
 function positiveInteger(field: string, value: unknown): number {
   if (typeof value !== 'number' || !Number.isSafeInteger(value) || value <= 0) {
-    throw invalidOption(field, `${field} must be a positive integer, got ${String(value)}`);
+    throw invalidOption(field, `${field} must be a positive integer, got ${describeValue(value)}`);
   }
   return value;
 }

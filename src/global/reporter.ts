@@ -14,6 +14,7 @@ import { MAX_REPORT_WINDOW_MS } from '../protocol/report-bounds.js';
 import type { ControlClient } from '../transport/control-transport.js';
 import type { Bucket } from './bucket-handle.js';
 import type { BucketTable } from './bucket-table.js';
+import { UnknownBuckets } from './unknown-buckets.js';
 
 export interface GlobalLimiterLogger {
   warn(obj: object, msg: string): void;
@@ -71,6 +72,11 @@ export interface ReporterStats {
   directivesOutdated: number;
   /** Directives for buckets this host does not know. */
   directivesUnknown: number;
+  /**
+   * Buckets the control plane has no rule for: they offered load in several replies from a
+   * controller generation and never got a directive (unknown-buckets.ts). Cumulative.
+   */
+  bucketsWithoutRule: number;
   clientIndex: number;
   clientTarget: string | undefined;
   sequence: number;
@@ -139,6 +145,7 @@ export class Reporter {
     directivesUnknown: 0,
   };
   readonly #candidates: Bucket[] = [];
+  readonly #unknown: UnknownBuckets;
   /** Per client: waiting for its connection to come back after a failed report (`whenConnected`). */
   readonly #reconnectWatches: (Cancellable | undefined)[];
 
@@ -151,6 +158,7 @@ export class Reporter {
     this.#lastSnapshotMs = nowMs;
     this.#reportStartMs = nowMs;
     this.#reconnectWatches = config.clients.map(() => undefined);
+    this.#unknown = new UnknownBuckets(config.logger, config.reporterId);
   }
 
   get intervalMs(): number {
@@ -193,6 +201,7 @@ export class Reporter {
     const client = this.#config.clients[this.#clientIndex];
     return {
       ...this.#stats,
+      bucketsWithoutRule: this.#unknown.count,
       clientIndex: this.#clientIndex,
       clientTarget: client?.target,
       sequence: this.#sequence,
@@ -370,6 +379,9 @@ export class Reporter {
       );
     }
     this.#stats.consecutiveFailures = 0;
+    // Buckets this reply should have answered: they offered load and hold no directive yet.
+    const unanswered =
+      response.epoch > 0n ? included.filter((b) => !b.hasDirective && b.pendingOffered > 0) : [];
     for (const bucket of included) bucket.clearPending();
     this.#reportStartMs = Math.max(this.#reportStartMs, sentAtMs);
     this.#acknowledgedBy = acknowledgingId(response.responderId);
@@ -402,6 +414,7 @@ export class Reporter {
         this.#stats.directivesOutdated++;
       }
     }
+    for (const bucket of unanswered) this.#unknown.unanswered(bucket);
   }
 
   #onFailure(client: ControlClient, clientIndex: number, error: SpillwayError): void {

@@ -1,4 +1,5 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, describeValue } from '../core/validate.js';
 
 /**
  * What a host does with a bucket's drop ratio once its directive's TTL has passed (the control
@@ -28,18 +29,24 @@ export function validateStalePolicy(policy: StalePolicy): StalePolicy {
       field: 'stalePolicy',
     });
   }
-  if (policy.kind === 'hold' || policy.kind === 'open') return policy;
-  if (policy.kind !== undefined && policy.kind !== 'hold-then-decay') {
-    throw new SpillwayError(ErrorCode.InvalidOption, `unknown stalePolicy kind ${String(policy.kind)}`, {
-      field: 'stalePolicy.kind',
-    });
+  if (policy.kind === 'hold' || policy.kind === 'open') {
+    assertKnownOptions(policy, ['kind'], `stalePolicy { kind: '${policy.kind}' }`);
+    return policy;
   }
+  if (policy.kind !== undefined && policy.kind !== 'hold-then-decay') {
+    throw new SpillwayError(
+      ErrorCode.InvalidOption,
+      `stalePolicy.kind must be 'hold-then-decay', 'hold' or 'open', got ${describeValue(policy.kind)}`,
+      { field: 'stalePolicy.kind' },
+    );
+  }
+  assertKnownOptions(policy, ['kind', 'holdMs', 'decayMs'], "stalePolicy { kind: 'hold-then-decay' }");
   for (const field of ['holdMs', 'decayMs'] as const) {
     const value = policy[field];
     if (typeof value !== 'number' || !Number.isFinite(value) || value < 0) {
       throw new SpillwayError(
         ErrorCode.InvalidOption,
-        `stalePolicy.${field} must be a finite number >= 0, got ${String(value)}`,
+        `stalePolicy.${field} must be a finite number >= 0, got ${describeValue(value)}`,
         { field: `stalePolicy.${field}` },
       );
     }

@@ -1,5 +1,6 @@
 import { BlockList, isIP } from 'node:net';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, optionNames } from '../core/validate.js';
 
 /**
  * Which client a request comes from, as a rate limiting key, without the usual traps:
@@ -79,7 +80,14 @@ interface ParsedAddress {
   text: string;
 }
 
+const CLIENT_ADDRESS_OPTIONS = optionNames<ClientAddressOptions>({
+  trustedProxies: true,
+  ipv6PrefixLength: true,
+  ipv4PrefixLength: true,
+});
+
 export function createClientAddressResolver(options: ClientAddressOptions = {}): ClientAddressResolver {
+  assertKnownOptions(options, CLIENT_ADDRESS_OPTIONS, 'createClientAddressResolver');
   const ipv6PrefixLength = prefixOption(
     'ipv6PrefixLength',
     options.ipv6PrefixLength,

@@ -2,6 +2,7 @@ import type { Clock } from '../core/clock.js';
 import { systemClock } from '../core/clock.js';
 import type { AsyncLimiter, Decision, SyncLimiter } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { describeValue } from '../core/validate.js';
 import type { GlobalLimiter } from '../global/global-limiter.js';
 import { type ClientAddressResolver, createClientAddressResolver } from './client-address.js';
 import { type EdgeLimiter, toEdgeLimiter } from './limiter-adapter.js';
@@ -138,7 +139,10 @@ function validatePolicy(policy: RateLimitPolicy): RateLimitPolicy {
   for (const field of ['limit', 'windowSec'] as const) {
     const value = policy[field];
     if (typeof value !== 'number' || !Number.isFinite(value) || value <= 0) {
-      throw invalidOption('policy', `policy.${field} must be a positive finite number, got ${String(value)}`);
+      throw invalidOption(
+        'policy',
+        `policy.${field} must be a positive finite number, got ${describeValue(value)}`,
+      );
     }
   }
   return { name: policy.name, limit: policy.limit, windowSec: policy.windowSec };

@@ -1,5 +1,5 @@
 import { type Cancellable, type Clock, type Scheduler, systemScheduler } from '../core/clock.js';
-import { assertPositiveFinite } from '../core/validate.js';
+import { assertKnownOptions, assertPositiveFinite, optionNames } from '../core/validate.js';
 
 /**
  * A clock that is cheap to read: `nowMs()` returns a cached time that a ticker refreshes every
@@ -101,7 +101,14 @@ class Ticker implements CoarseClock {
   }
 }
 
+const COARSE_CLOCK_OPTIONS = optionNames<CoarseClockOptions>({
+  resolutionMs: true,
+  idleStopMs: true,
+  scheduler: true,
+});
+
 export function createCoarseClock(options: CoarseClockOptions = {}): CoarseClock {
+  assertKnownOptions(options, COARSE_CLOCK_OPTIONS, 'createCoarseClock');
   const resolutionMs = options.resolutionMs ?? 1;
   const idleStopMs = options.idleStopMs ?? 1000;
   assertPositiveFinite('resolutionMs', resolutionMs);

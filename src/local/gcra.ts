@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertGcraRate } from '../core/validate.js';
+import { assertCost, assertGcraRate, assertKnownOptions, optionNames } from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -42,7 +42,10 @@ export interface Gcra {
  * const gcra = createGcra({ limit: 100, periodMs: 60_000, burst: 10 });
  * const decision = gcra.take(); // { allowed, limit: 10, remaining, resetAtMs, retryAfterMs }
  */
+const GCRA_OPTIONS = optionNames<GcraOptions>({ limit: true, periodMs: true, burst: true, clock: true });
+
 export function createGcra(options: GcraOptions): Gcra {
+  assertKnownOptions(options, GCRA_OPTIONS, 'createGcra');
   const { limit, periodMs, burst } = resolveGcraRate(options);
   return new LocalGcra(limit, periodMs, burst, options.clock ?? coarseClock);
 }

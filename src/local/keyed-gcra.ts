@@ -1,9 +1,10 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertKey } from '../core/validate.js';
+import { assertCost, assertKey, assertKnownOptions, optionNames } from '../core/validate.js';
 import { gcraDecision, resolveGcraRate } from './gcra.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
+  KEYED_LIMITER_OPTIONS,
   type KeyedLimiterOptions,
   type KeyedLocalLimiter,
   type ResolvedKeyedOptions,
@@ -34,7 +35,15 @@ export interface KeyedGcra extends KeyedLocalLimiter {
  * const perTenant = createKeyedGcra({ limit: 600, periodMs: 60_000, burst: 50 });
  * if (!perTenant.tryTake(tenantId)) throw new TooManyRequests();
  */
+const KEYED_GCRA_OPTIONS = optionNames<KeyedGcraOptions>({
+  limit: true,
+  periodMs: true,
+  burst: true,
+  ...KEYED_LIMITER_OPTIONS,
+});
+
 export function createKeyedGcra(options: KeyedGcraOptions): KeyedGcra {
+  assertKnownOptions(options, KEYED_GCRA_OPTIONS, 'createKeyedGcra');
   const { limit, periodMs, burst } = resolveGcraRate(options);
   return new LocalKeyedGcra(limit, periodMs, burst, resolveKeyedOptions(options));
 }

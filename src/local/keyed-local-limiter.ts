@@ -37,6 +37,14 @@ export interface KeyedLocalLimiter extends SyncLimiter {
   readonly maxKeys: number;
 }
 
+/** Every option a keyed local limiter shares, for `optionNames` of the factories' own options. */
+export const KEYED_LIMITER_OPTIONS = {
+  maxKeys: true,
+  idleMs: true,
+  maxKeyLength: true,
+  clock: true,
+} as const satisfies { readonly [K in keyof Required<KeyedLimiterOptions>]: true };
+
 /** Options after defaults and validation (internal). */
 export interface ResolvedKeyedOptions {
   maxKeys: number;

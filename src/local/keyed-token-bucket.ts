@@ -1,8 +1,15 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertKey, assertTokenBucketRate } from '../core/validate.js';
+import {
+  assertCost,
+  assertKey,
+  assertKnownOptions,
+  assertTokenBucketRate,
+  optionNames,
+} from '../core/validate.js';
 import { KeyTable, resizeFloat64, type SlotStore } from './key-table.js';
 import {
+  KEYED_LIMITER_OPTIONS,
   type KeyedLimiterOptions,
   type KeyedLocalLimiter,
   type ResolvedKeyedOptions,
@@ -30,7 +37,14 @@ export interface KeyedTokenBucket extends KeyedLocalLimiter {
  * const decision = perCaller.limit(`api:caller=${callerId}`);
  * if (!decision.allowed) res.setHeader('retry-after', Math.ceil(decision.retryAfterMs / 1000));
  */
+const KEYED_TOKEN_BUCKET_OPTIONS = optionNames<KeyedTokenBucketOptions>({
+  capacity: true,
+  refillPerSec: true,
+  ...KEYED_LIMITER_OPTIONS,
+});
+
 export function createKeyedTokenBucket(options: KeyedTokenBucketOptions): KeyedTokenBucket {
+  assertKnownOptions(options, KEYED_TOKEN_BUCKET_OPTIONS, 'createKeyedTokenBucket');
   assertTokenBucketRate(options.capacity, options.refillPerSec);
   const common = resolveKeyedOptions(options);
   return new LocalKeyedTokenBucket(options.capacity, options.refillPerSec, common);

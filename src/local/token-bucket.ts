@@ -1,6 +1,6 @@
 import type { Clock } from '../core/clock.js';
 import type { Decision } from '../core/decision.js';
-import { assertCost, assertTokenBucketRate } from '../core/validate.js';
+import { assertCost, assertKnownOptions, assertTokenBucketRate, optionNames } from '../core/validate.js';
 import { coarseClock } from './coarse-clock.js';
 import { TIME_SLACK_MS } from './time-slack.js';
 
@@ -37,7 +37,14 @@ export interface TokenBucket {
  * const bucket = createTokenBucket({ capacity: 10, refillPerSec: 5 });
  * if (!bucket.tryTake()) return reply.code(429).send();
  */
+const TOKEN_BUCKET_OPTIONS = optionNames<TokenBucketOptions>({
+  capacity: true,
+  refillPerSec: true,
+  clock: true,
+});
+
 export function createTokenBucket(options: TokenBucketOptions): TokenBucket {
+  assertKnownOptions(options, TOKEN_BUCKET_OPTIONS, 'createTokenBucket');
   assertTokenBucketRate(options.capacity, options.refillPerSec);
   return new LocalTokenBucket(options.capacity, options.refillPerSec, options.clock ?? coarseClock);
 }

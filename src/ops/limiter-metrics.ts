@@ -169,6 +169,12 @@ export function addLimiterMetrics(
       (s) => s.reporter.directivesApplied,
     ),
     scalarSeries(
+      'spillway_buckets_without_rule_total',
+      'Buckets that offered load in several replies from the control plane and never got a directive: no rule of the controller matches them, so they are not limited.',
+      'counter',
+      (s) => s.reporter.bucketsWithoutRule,
+    ),
+    scalarSeries(
       'spillway_report_interval_seconds',
       'The reporting interval in use.',
       'gauge',

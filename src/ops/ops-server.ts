@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import type { Registry } from 'prom-client';
+import { assertKnownOptions, optionNames } from '../core/validate.js';
 import { requestHeadFault } from '../server/http-client-error.js';
 import { createHttpServer } from '../server/http-server.js';
 
@@ -48,7 +49,17 @@ export interface OpsServer {
  * name to this machine must not read the metrics, which name buckets, limits and hosts. Plain
  * node:http: two routes do not need a framework.
  */
+const OPS_SERVER_OPTIONS = optionNames<OpsServerOptions>({
+  host: true,
+  port: true,
+  allowedHosts: true,
+  registry: true,
+  health: true,
+  headersTimeoutMs: true,
+});
+
 export async function startOpsServer(options: OpsServerOptions): Promise<OpsServer> {
+  assertKnownOptions(options, OPS_SERVER_OPTIONS, 'startOpsServer');
   const { registry, health } = options;
   const http = createHttpServer({
     host: options.host,

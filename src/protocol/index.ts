@@ -2,6 +2,7 @@
 // sender defaults to, what a receiver accepts) and the checks a receiver runs before any state.
 export { acknowledgingId } from './acknowledging-id.js';
 export { formatHostPort } from './host-port.js';
+export { keyFamily } from './key-family.js';
 export {
   MAX_ACKNOWLEDGED_BY_BYTES,
   MAX_REPORT_WINDOW_MS,

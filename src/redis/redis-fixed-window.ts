@@ -1,6 +1,6 @@
 import { loadLuaScript } from './lua-script.js';
 import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
+import { assertWindowOptionNames, assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
 
 export const fixedWindowScript = loadLuaScript('fixed-window');
 
@@ -22,6 +22,7 @@ export interface RedisFixedWindowOptions extends RedisLimiterCommonOptions {
  * 12:00:59.95 is rejected with retryAfterMs 50; 100 more at 12:01:00.0 are admitted again.
  */
 export function createRedisFixedWindow(o: RedisFixedWindowOptions): RedisLimiter {
+  assertWindowOptionNames(o, 'createRedisFixedWindow');
   assertWindowOptions(o?.limit, o?.windowMs);
   return createWindowLimiter(o, { name: 'fixed-window', script: fixedWindowScript, keyTag: 'fw' });
 }

@@ -1,7 +1,7 @@
 import { type Cancellable, type Scheduler, systemScheduler } from '../core/clock.js';
 import type { AsyncLimiter, Decision, StoreFault, SyncLimiter } from '../core/decision.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
-import { assertCost, assertKey, DEFAULT_MAX_KEY_LENGTH } from '../core/validate.js';
+import { assertCost, assertKey, DEFAULT_MAX_KEY_LENGTH, describeValue } from '../core/validate.js';
 import { type LuaScript, runLuaScript } from './lua-script.js';
 import { RedisClockOffset } from './redis-clock-offset.js';
 import type { RedisScriptClient } from './redis-script-client.js';
@@ -29,6 +29,18 @@ export interface RedisLimiterCommonOptions {
    */
   scheduler?: Scheduler;
 }
+
+/** Every option the Redis limiters share, for `optionNames` of each factory's own options. */
+export const REDIS_COMMON_OPTIONS = {
+  redis: true,
+  prefix: true,
+  timeoutMs: true,
+  failPolicy: true,
+  insurance: true,
+  logger: true,
+  maxKeyLength: true,
+  scheduler: true,
+} as const satisfies { readonly [K in keyof Required<RedisLimiterCommonOptions>]: true };
 
 /** Counters since construction. `calls` counts calls that passed validation. */
 export interface RedisLimiterStats {
@@ -126,12 +138,15 @@ export function resolveCommonOptions(o: RedisLimiterCommonOptions): ResolvedComm
   ) {
     throw invalidOption(
       'timeoutMs',
-      `timeoutMs must be a positive number of ms up to 2147483647, got ${String(timeoutMs)}`,
+      `timeoutMs must be a positive number of ms up to 2147483647, got ${describeValue(timeoutMs)}`,
     );
   }
   const failPolicy = o.failPolicy ?? 'open';
   if (failPolicy !== 'open' && failPolicy !== 'closed') {
-    throw invalidOption('failPolicy', `failPolicy must be 'open' or 'closed', got ${String(failPolicy)}`);
+    throw invalidOption(
+      'failPolicy',
+      `failPolicy must be 'open' or 'closed', got ${describeValue(failPolicy)}`,
+    );
   }
   if (o.insurance !== undefined && typeof o.insurance?.limit !== 'function') {
     throw invalidOption('insurance', 'insurance must be a synchronous limiter with limit(key, cost)');
@@ -143,7 +158,7 @@ export function resolveCommonOptions(o: RedisLimiterCommonOptions): ResolvedComm
   if (typeof maxKeyLength !== 'number' || !Number.isSafeInteger(maxKeyLength) || maxKeyLength <= 0) {
     throw invalidOption(
       'maxKeyLength',
-      `maxKeyLength must be a positive integer, got ${String(maxKeyLength)}`,
+      `maxKeyLength must be a positive integer, got ${describeValue(maxKeyLength)}`,
     );
   }
   return {

@@ -1,6 +1,6 @@
 import { loadLuaScript } from './lua-script.js';
 import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
+import { assertWindowOptionNames, assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
 
 export const slidingCounterScript = loadLuaScript('sliding-counter');
 
@@ -24,6 +24,7 @@ export interface RedisSlidingCounterOptions extends RedisLimiterCommonOptions {
  * 15 s into it: estimate = 80 * 45/60 + 30 = 90, so 10 more are admitted now.
  */
 export function createRedisSlidingCounter(o: RedisSlidingCounterOptions): RedisLimiter {
+  assertWindowOptionNames(o, 'createRedisSlidingCounter');
   assertWindowOptions(o?.limit, o?.windowMs);
   return createWindowLimiter(o, { name: 'sliding-counter', script: slidingCounterScript, keyTag: 'sc' });
 }

@@ -1,7 +1,7 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { loadLuaScript } from './lua-script.js';
 import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
+import { assertWindowOptionNames, assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
 
 export const slidingLogScript = loadLuaScript('sliding-log');
 
@@ -29,6 +29,7 @@ export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
  * rejected with retryAfterMs 500 (the t=0 entry leaves the window at t=1000); at t=1000 it passes.
  */
 export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
+  assertWindowOptionNames(o, 'createRedisSlidingLog');
   assertWindowOptions(o?.limit, o?.windowMs);
   const { limit } = o;
   if (limit > MAX_SLIDING_LOG_LIMIT) {

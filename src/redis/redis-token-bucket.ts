@@ -1,7 +1,12 @@
-import { assertTokenBucketRate } from '../core/validate.js';
+import { assertKnownOptions, assertTokenBucketRate, optionNames } from '../core/validate.js';
 import { loadLuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
-import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
+import {
+  createRedisLimiter,
+  REDIS_COMMON_OPTIONS,
+  type RedisLimiter,
+  type RedisLimiterCommonOptions,
+} from './redis-limiter.js';
 
 export const tokenBucketScript = loadLuaScript('token-bucket');
 
@@ -24,7 +29,14 @@ export interface RedisTokenBucketOptions extends RedisLimiterCommonOptions {
  * Example: capacity 10, refillPerSec 2. A burst of 10 passes; the 11th is rejected with
  * retryAfterMs 500; 1.25 s later 2.5 tokens are back (remaining 2.5), so two calls pass.
  */
+const TOKEN_BUCKET_OPTIONS = optionNames<RedisTokenBucketOptions>({
+  ...REDIS_COMMON_OPTIONS,
+  capacity: true,
+  refillPerSec: true,
+});
+
 export function createRedisTokenBucket(o: RedisTokenBucketOptions): RedisLimiter {
+  assertKnownOptions(o, TOKEN_BUCKET_OPTIONS, 'createRedisTokenBucket');
   // The key's TTL is the time to refill: past what Redis's PX takes, every call would fail.
   assertTokenBucketRate(o?.capacity, o?.refillPerSec);
   const { capacity, refillPerSec } = o;

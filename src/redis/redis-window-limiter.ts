@@ -1,8 +1,30 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
-import { assertPositiveInteger } from '../core/validate.js';
+import { assertKnownOptions, assertPositiveInteger, optionNames } from '../core/validate.js';
 import type { LuaScript } from './lua-script.js';
 import { redisKey } from './redis-key.js';
-import { createRedisLimiter, type RedisLimiter, type RedisLimiterCommonOptions } from './redis-limiter.js';
+import {
+  createRedisLimiter,
+  REDIS_COMMON_OPTIONS,
+  type RedisLimiter,
+  type RedisLimiterCommonOptions,
+} from './redis-limiter.js';
+
+/** The options of a window limiter (fixed window, sliding log, sliding counter). */
+export interface RedisWindowOptions extends RedisLimiterCommonOptions {
+  limit: number;
+  windowMs: number;
+}
+
+const WINDOW_OPTIONS = optionNames<RedisWindowOptions>({
+  ...REDIS_COMMON_OPTIONS,
+  limit: true,
+  windowMs: true,
+});
+
+/** Refuses an option a window limiter does not know (a typo), before any other check. */
+export function assertWindowOptionNames(options: unknown, where: string): void {
+  assertKnownOptions(options, WINDOW_OPTIONS, where);
+}
 
 /**
  * Checks `limit` and `windowMs` of the window limiters. Both are whole numbers: counts are whole

@@ -1,6 +1,12 @@
 import { readFileSync } from 'node:fs';
-import { parse as parseYaml } from 'yaml';
 import { z } from 'zod';
+import {
+  describeZodIssue,
+  firstIssue,
+  formatConfigPath,
+  type LocatedIssue,
+  parseLocatedYaml,
+} from '../config/located-yaml.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 
 /**
@@ -80,23 +86,23 @@ const ratePoint = z.tuple([z.number().finite().min(0), z.number().finite().min(0
 const atS = z.number().finite().min(0);
 
 const eventSchema = z.discriminatedUnion('kind', [
-  z.object({
+  z.strictObject({
     atS,
     kind: z.enum(['aggregator-down', 'aggregator-up', 'host-links-down', 'host-links-up']),
     zone: z.number().int().min(0).optional(),
     index: z.number().int().min(0).optional(),
   }),
-  z.object({ atS, kind: z.literal('controller-down') }),
-  z.object({ atS, kind: z.literal('controller-restart') }),
-  z.object({ atS, kind: z.enum(['hosts-leave', 'hosts-join']), count: z.number().int().min(1) }),
-  z.object({
+  z.strictObject({ atS, kind: z.literal('controller-down') }),
+  z.strictObject({ atS, kind: z.literal('controller-restart') }),
+  z.strictObject({ atS, kind: z.enum(['hosts-leave', 'hosts-join']), count: z.number().int().min(1) }),
+  z.strictObject({
     atS,
     kind: z.literal('network'),
     delayMs: z.number().finite().min(0).optional(),
     jitterMs: z.number().finite().min(0).optional(),
     lossRate: z.number().min(0).max(1).optional(),
   }),
-  z.object({
+  z.strictObject({
     atS,
     kind: z.literal('limit'),
     bucket: z.string().min(1),
@@ -107,93 +113,89 @@ const eventSchema = z.discriminatedUnion('kind', [
 /** Most requests a scenario may offer (bounded by its peak rates): about an hour per variant here. */
 export const MAX_ARRIVALS = 2e10;
 
-const scenarioSchema = z
-  .object({
-    // The name becomes the result files' names (<name>.json, <name>.svg): no path separators.
-    name: z
-      .string()
-      .min(1)
-      .max(100)
-      .regex(
-        /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
-        'letters, digits, ".", "_" and "-", starting with a letter or digit',
-      ),
-    description: z.string().default(''),
-    seconds: z.number().finite().positive().max(86_400).default(60),
-    hosts: z.number().int().min(1).max(100_000).default(1000),
-    zones: z.number().int().min(1).max(1000).default(10),
-    aggregatorsPerZone: z.number().int().min(1).max(16).default(1),
-    intervalMs: z.number().int().min(10).max(60_000).default(1000),
-    tickMs: z.number().int().min(1).max(1000).default(10),
-    arrivals: z.enum(['poisson', 'deterministic']).default('poisson'),
-    hostSkew: z.number().finite().min(0).max(5).default(0),
-    buckets: z
-      .array(
-        z.object({
-          key: z.string().min(1).max(256),
-          limitRps: z.number().finite().positive(),
-          offeredRps: z.array(ratePoint).min(1),
-        }),
-      )
-      .min(1)
-      .max(10_000),
-    focusBucket: z.string().optional(),
-    network: z
-      .object({
-        delayMs: z.number().finite().min(0).default(1),
-        jitterMs: z.number().finite().min(0).default(1),
-        lossRate: z.number().min(0).max(1).default(0),
-      })
-      .default({ delayMs: 1, jitterMs: 1, lossRate: 0 }),
-    events: z.array(eventSchema).default([]),
-    settleS: z.number().finite().min(0).default(5),
-  })
-  .strict();
+const scenarioSchema = z.strictObject({
+  // The name becomes the result files' names (<name>.json, <name>.svg): no path separators.
+  name: z
+    .string()
+    .min(1)
+    .max(100)
+    .regex(
+      /^[A-Za-z0-9][A-Za-z0-9._-]*$/,
+      'letters, digits, ".", "_" and "-", starting with a letter or digit',
+    ),
+  description: z.string().default(''),
+  seconds: z.number().finite().positive().max(86_400).default(60),
+  hosts: z.number().int().min(1).max(100_000).default(1000),
+  zones: z.number().int().min(1).max(1000).default(10),
+  aggregatorsPerZone: z.number().int().min(1).max(16).default(1),
+  intervalMs: z.number().int().min(10).max(60_000).default(1000),
+  tickMs: z.number().int().min(1).max(1000).default(10),
+  arrivals: z.enum(['poisson', 'deterministic']).default('poisson'),
+  hostSkew: z.number().finite().min(0).max(5).default(0),
+  buckets: z
+    .array(
+      z.strictObject({
+        key: z.string().min(1).max(256),
+        limitRps: z.number().finite().positive(),
+        offeredRps: z.array(ratePoint).min(1),
+      }),
+    )
+    .min(1)
+    .max(10_000),
+  focusBucket: z.string().optional(),
+  network: z
+    .strictObject({
+      delayMs: z.number().finite().min(0).default(1),
+      jitterMs: z.number().finite().min(0).default(1),
+      lossRate: z.number().min(0).max(1).default(0),
+    })
+    .default({ delayMs: 1, jitterMs: 1, lossRate: 0 }),
+  events: z.array(eventSchema).default([]),
+  settleS: z.number().finite().min(0).default(5),
+});
 
-/** Validate an object (parsed JSON or YAML) into a complete scenario with defaults filled in. */
+/**
+ * Validate an object (parsed JSON or YAML, or a preset) into a complete scenario with defaults
+ * filled in. The schema is strict at every level: an unknown field is an error naming it (with a
+ * suggestion), reported before any field it leaves missing. Message: `<source>: <path>: <what>`.
+ */
 export function parseScenario(input: unknown, source = 'scenario'): Scenario {
   const parsed = scenarioSchema.safeParse(input);
-  if (!parsed.success) {
-    throw new SpillwayError(ErrorCode.InvalidConfig, `${source}: ${z.prettifyError(parsed.error)}`, {
-      source,
-    });
-  }
-  const value = parsed.data;
+  const checked = parsed.success
+    ? checkScenario(parsed.data)
+    : { issue: describeZodIssue(firstIssue(parsed.error.issues), input, scenarioSchema) };
+  if ('value' in checked) return checked.value;
+  const { issue } = checked;
+  throw new SpillwayError(
+    ErrorCode.InvalidConfig,
+    `${source}: ${issue.label ?? formatConfigPath(issue.path)}: ${issue.message}`,
+    { source, path: formatConfigPath(issue.path) },
+  );
+}
+
+/** The rules the schema cannot express, each located by its path in the scenario. */
+function checkScenario(
+  value: z.output<typeof scenarioSchema>,
+): { value: Scenario } | { issue: LocatedIssue } {
+  const at = (path: (string | number)[], message: string) => ({ issue: { path, message } });
   const keys = new Set<string>();
-  for (const bucket of value.buckets) {
-    if (keys.has(bucket.key)) {
-      throw new SpillwayError(ErrorCode.InvalidConfig, `${source}: bucket '${bucket.key}' is listed twice`, {
-        source,
-      });
-    }
+  for (const [index, bucket] of value.buckets.entries()) {
+    if (keys.has(bucket.key)) return at(['buckets', index, 'key'], `bucket '${bucket.key}' is listed twice`);
     keys.add(bucket.key);
     for (let i = 1; i < bucket.offeredRps.length; i++) {
       if (bucket.offeredRps[i]![0] < bucket.offeredRps[i - 1]![0]) {
-        throw new SpillwayError(
-          ErrorCode.InvalidConfig,
-          `${source}: bucket '${bucket.key}' offeredRps points must be in time order`,
-          { source },
+        return at(
+          ['buckets', index, 'offeredRps', i],
+          `bucket '${bucket.key}' offeredRps points must be in time order`,
         );
       }
     }
   }
   const focusBucket = value.focusBucket ?? value.buckets[0]!.key;
-  if (!keys.has(focusBucket)) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${source}: focusBucket '${focusBucket}' is not a bucket`,
-      {
-        source,
-      },
-    );
-  }
-  for (const event of value.events) {
+  if (!keys.has(focusBucket)) return at(['focusBucket'], `'${focusBucket}' is not a bucket`);
+  for (const [index, event] of value.events.entries()) {
     if (event.kind === 'limit' && !keys.has(event.bucket)) {
-      throw new SpillwayError(
-        ErrorCode.InvalidConfig,
-        `${source}: limit event names unknown bucket '${event.bucket}'`,
-        { source },
-      );
+      return at(['events', index, 'bucket'], `limit event names unknown bucket '${event.bucket}'`);
     }
   }
   // Every arrival is one real allow() call per variant: bound the run before it starts, not after hours.
@@ -204,28 +206,28 @@ export function parseScenario(input: unknown, source = 'scenario'): Scenario {
     arrivalsBound += peakRps * value.seconds;
   }
   if (arrivalsBound > MAX_ARRIVALS) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${source}: up to ${arrivalsBound.toExponential(2)} requests (each bucket's highest offeredRps x seconds), over the maximum ${MAX_ARRIVALS.toExponential(0)}: each is one allow() call per variant`,
-      { source },
+    return at(
+      ['buckets'],
+      `up to ${arrivalsBound.toExponential(2)} requests (each bucket's highest offeredRps x seconds), over the maximum ${MAX_ARRIVALS.toExponential(0)}: each is one allow() call per variant`,
     );
   }
   if (value.seconds * 1000 < value.tickMs || (value.seconds * 1000) % value.tickMs !== 0) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${source}: seconds must be a whole number of ticks (${value.tickMs} ms)`,
-      { source },
-    );
+    return at(['seconds'], `must be a whole number of ticks (${value.tickMs} ms)`);
   }
   return {
-    ...value,
-    buckets: value.buckets.map((b) => ({ ...b, offeredRps: b.offeredRps.map(([t, r]) => [t, r]) })),
-    events: [...value.events].sort((a, b) => a.atS - b.atS),
-    focusBucket,
+    value: {
+      ...value,
+      buckets: value.buckets.map((b) => ({ ...b, offeredRps: b.offeredRps.map(([t, r]) => [t, r]) })),
+      events: [...value.events].sort((a, b) => a.atS - b.atS),
+      focusBucket,
+    },
   };
 }
 
-/** Read a scenario file: `.json`, or YAML for anything else. */
+/**
+ * Read a scenario file, YAML or JSON (JSON is YAML), through the reader every Spillway file uses:
+ * errors are ERR_SPILLWAY_INVALID_CONFIG `file:line:col: <path>: <what>`.
+ */
 export function loadScenarioFile(path: string): Scenario {
   let text: string;
   try {
@@ -240,18 +242,7 @@ export function loadScenarioFile(path: string): Scenario {
       },
     );
   }
-  let input: unknown;
-  try {
-    input = path.endsWith('.json') ? JSON.parse(text) : parseYaml(text);
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `cannot parse scenario file ${path}: ${(error as Error).message}`,
-      { path },
-      { cause: error },
-    );
-  }
-  return parseScenario(input, path);
+  return parseLocatedYaml(text, path, scenarioSchema, checkScenario);
 }
 
 /** The offered rate of a bucket at `tS` (after a step at `tS`, its new value). */

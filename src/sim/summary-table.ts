@@ -67,5 +67,10 @@ export function formatSummaryTable(result: SimResult, format: 'text' | 'markdown
     render(withCost[0]!),
     widths.map((w) => '-'.repeat(w)).join('  '),
     ...withCost.slice(1).map(render),
+    COLUMNS_NOTE,
   ].join('\n');
 }
+
+/** Under the terminal table: where each column's definition is. */
+export const COLUMNS_NOTE =
+  'What each column measures: docs/accuracy.md, "How it is measured" (figures for the focus bucket; excess and wrongly dropped add up every bucket).';

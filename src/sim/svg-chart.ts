@@ -7,12 +7,18 @@ import { type VariantName, variantLabels } from './variants.js';
  * Hand-written so the simulator needs no plotting dependency; a browser or any Markdown viewer
  * shows it.
  */
-const WIDTH = 960;
-const MARGIN = { left: 72, right: 200, top: 36, bottom: 36 };
+const MARGIN = { left: 72, top: 36, bottom: 36 };
+const PLOT_WIDTH = 688;
 const RATE_PANEL = { top: MARGIN.top, height: 300 };
 const RATIO_PANEL = { top: MARGIN.top + 300 + 48, height: 150 };
 const HEIGHT = RATIO_PANEL.top + RATIO_PANEL.height + MARGIN.bottom;
-const PLOT_WIDTH = WIDTH - MARGIN.left - MARGIN.right;
+/** Each panel's legend, right of the plot: a line sample, then its label. */
+const LEGEND = { gap: 14, sample: 22, labelGap: 6, rowHeight: 20, fontSize: 11, right: 12 };
+/**
+ * A generous width per character of the legend's font (system-ui at 11 px averages about 6 px; 7
+ * leaves room for wide glyphs), so the image is always wide enough for its longest label.
+ */
+export const LEGEND_CHAR_WIDTH = 7;
 
 export const variantColors: Record<VariantName, string> = {
   exact: '#2b8a3e',
@@ -40,6 +46,27 @@ export function renderSimChart(result: SimResult, bucketKey = result.scenario.fo
   const yMax = niceCeil(Math.max(maxLimit * 1.6, maxAdmitted * 1.1, Math.min(maxOffered, maxLimit * 3)) || 1);
   const offeredClipped = maxOffered > yMax;
 
+  // Each panel's legend: the rates above, the drop ratios below (where their lines are).
+  type LegendItem = { label: string; color: string; dash?: string; width?: number };
+  const rateLegend: LegendItem[] = [
+    {
+      label: offeredClipped ? `offered (peak ${formatRps(maxOffered)}, clipped)` : 'offered',
+      color: '#adb5bd',
+      width: 2,
+    },
+    { label: 'limit', color: '#c92a2a', dash: '6 4' },
+    ...result.variants.map((v) => ({ label: `admitted: ${variantLabels[v]}`, color: variantColors[v] })),
+  ];
+  const ratioLegend: LegendItem[] = [
+    { label: 'ideal (offered over the limit)', color: '#212529', dash: '4 3' },
+    ...result.variants
+      .filter((v) => v !== 'exact')
+      .map((v) => ({ label: `applied: ${variantLabels[v]}`, color: variantColors[v] })),
+  ];
+  const legendX = MARGIN.left + PLOT_WIDTH + LEGEND.gap;
+  const labelX = legendX + LEGEND.sample + LEGEND.labelGap;
+  const longestLabel = Math.max(...[...rateLegend, ...ratioLegend].map((item) => item.label.length));
+  const WIDTH = Math.ceil(labelX + longestLabel * LEGEND_CHAR_WIDTH + LEGEND.right);
   const x = (tS: number) => MARGIN.left + (tS / totalS) * PLOT_WIDTH;
   const yRate = (rps: number) => RATE_PANEL.top + RATE_PANEL.height * (1 - rps / yMax);
   const yRatio = (ratio: number) => RATIO_PANEL.top + RATIO_PANEL.height * (1 - ratio);
@@ -140,27 +167,19 @@ export function renderSimChart(result: SimResult, bucketKey = result.scenario.fo
     );
   }
 
-  // Legend.
-  const legend: Array<{ label: string; color: string; dash?: string; width?: number }> = [
-    {
-      label: offeredClipped ? `offered (peak ${formatRps(maxOffered)}, clipped)` : 'offered',
-      color: '#adb5bd',
-      width: 2,
-    },
-    { label: 'limit', color: '#c92a2a', dash: '6 4' },
-    ...result.variants.map((v) => ({ label: `admitted: ${variantLabels[v]}`, color: variantColors[v] })),
-    { label: 'ideal drop ratio', color: '#212529', dash: '4 3' },
-  ];
-  const legendX = MARGIN.left + PLOT_WIDTH + 14;
-  legend.forEach((item, i) => {
-    const y = RATE_PANEL.top + 10 + i * 20;
-    parts.push(
-      `<line x1="${legendX}" y1="${y}" x2="${legendX + 22}" y2="${y}" stroke="${item.color}" stroke-width="${item.width ?? 2}"${
-        item.dash ? ` stroke-dasharray="${item.dash}"` : ''
-      }/>`,
-      `<text x="${legendX + 28}" y="${y}" dominant-baseline="middle" font-size="11">${escapeXml(item.label)}</text>`,
-    );
-  });
+  // Legends, one per panel.
+  const drawLegend = (items: readonly LegendItem[], top: number) =>
+    items.forEach((item, i) => {
+      const y = top + 10 + i * LEGEND.rowHeight;
+      parts.push(
+        `<line x1="${legendX}" y1="${y}" x2="${legendX + LEGEND.sample}" y2="${y}" stroke="${item.color}" stroke-width="${item.width ?? 2}"${
+          item.dash ? ` stroke-dasharray="${item.dash}"` : ''
+        }/>`,
+        `<text class="legend" x="${labelX}" y="${y}" dominant-baseline="middle" font-size="${LEGEND.fontSize}">${escapeXml(item.label)}</text>`,
+      );
+    });
+  drawLegend(rateLegend, RATE_PANEL.top);
+  drawLegend(ratioLegend, RATIO_PANEL.top);
   parts.push('</svg>');
   return `${parts.join('\n')}\n`;
 }

@@ -9,6 +9,7 @@ import {
 } from '@grpc/grpc-js';
 import type { Cancellable } from '../core/clock.js';
 import { ErrorCode, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, describeValue, optionNames } from '../core/validate.js';
 import type { ReportRequest, ReportResponse } from '../gen/spillway/v1/control_pb.js';
 import type { ControlClient } from './control-transport.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, reportClientMethod } from './grpc-control-service.js';
@@ -316,15 +317,36 @@ export function createGrpcControlClient(
  * material it refuses (a key without a certificate...). Also run on the calling thread by
  * createWorkerControlClient, so bad options fail there, at once, as here.
  */
-export function validateGrpcControlClientOptions(options: GrpcControlClientOptions): {
+const GRPC_CLIENT_OPTIONS = optionNames<GrpcControlClientOptions>({
+  authToken: true,
+  tls: true,
+  maxMessageBytes: true,
+  channelOptions: true,
+  reconnectAfterTimeouts: true,
+  onReconnect: true,
+});
+
+const GRPC_CLIENT_TLS_OPTIONS = optionNames<GrpcClientTlsOptions>({
+  caPem: true,
+  certPem: true,
+  keyPem: true,
+  serverNameOverride: true,
+});
+
+export function validateGrpcControlClientOptions(
+  options: GrpcControlClientOptions,
+  where = 'createGrpcControlClient',
+): {
   reconnectAfterTimeouts: number;
   credentialsForTarget: ChannelCredentials;
 } {
+  assertKnownOptions(options, GRPC_CLIENT_OPTIONS, where);
+  assertKnownOptions(options.tls, GRPC_CLIENT_TLS_OPTIONS, `${where} tls`);
   const reconnectAfterTimeouts = options.reconnectAfterTimeouts ?? DEFAULT_RECONNECT_AFTER_TIMEOUTS;
   if (!Number.isSafeInteger(reconnectAfterTimeouts) || reconnectAfterTimeouts < 0) {
     throw new SpillwayError(
       ErrorCode.InvalidOption,
-      `reconnectAfterTimeouts must be a non-negative integer, got ${String(options.reconnectAfterTimeouts)}`,
+      `reconnectAfterTimeouts must be a non-negative integer, got ${describeValue(options.reconnectAfterTimeouts)}`,
       { option: 'reconnectAfterTimeouts', value: options.reconnectAfterTimeouts },
     );
   }

@@ -9,6 +9,7 @@ import {
   status,
 } from '@grpc/grpc-js';
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
+import { assertKnownOptions, optionNames } from '../core/validate.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
 import { formatHostPort } from '../protocol/host-port.js';
 import { RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
@@ -87,7 +88,27 @@ export interface GrpcControlServer extends ControlServer {
  * - a missing or wrong auth token (neither the shared one nor a zone token): UNAUTHENTICATED;
  * - anything else the handler throws, or a response that cannot be encoded: INTERNAL (and `onError`).
  */
+const GRPC_SERVER_OPTIONS = optionNames<GrpcControlServerOptions>({
+  host: true,
+  port: true,
+  handler: true,
+  maxMessageBytes: true,
+  maxBucketsPerReport: true,
+  authToken: true,
+  zoneTokens: true,
+  tls: true,
+  shutdownGraceMs: true,
+  onRefused: true,
+  onError: true,
+});
+
 export async function startGrpcControlServer(options: GrpcControlServerOptions): Promise<GrpcControlServer> {
+  assertKnownOptions(options, GRPC_SERVER_OPTIONS, 'startGrpcControlServer');
+  assertKnownOptions(
+    options.tls,
+    optionNames<GrpcServerTlsOptions>({ certPem: true, keyPem: true, caPem: true, requireClientCert: true }),
+    'startGrpcControlServer tls',
+  );
   const host = options.host ?? '127.0.0.1';
   const maxMessageBytes = options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES;
   const shutdownGraceMs = options.shutdownGraceMs ?? 2_000;

@@ -110,7 +110,7 @@ export function createWorkerControlClient(
 ): WorkerControlClient {
   const { onReconnect, onWorkerError, ...grpcOptions } = options;
   // Refused here, synchronously, as createGrpcControlClient would, rather than by the thread.
-  validateGrpcControlClientOptions(grpcOptions);
+  validateGrpcControlClientOptions(grpcOptions, 'createWorkerControlClient');
   const init: WorkerInit = { target, options: grpcOptions };
 
   interface Pending {

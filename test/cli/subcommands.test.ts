@@ -61,6 +61,12 @@ after(async () => {
 });
 
 describe('spillway subcommands: help and usage errors', () => {
+  it('header-hash prints what {headerHash:…} renders, to name a hashed caller in an override', async () => {
+    const { code, stdout } = await spillway(['header-hash', '--value', 'acme', '--value', 'internal-batch']);
+    assert.equal(code, 0);
+    assert.equal(stdout, '822b33ad87c148a0\na15e75ba55f30583\n');
+  });
+
   it('lists the subcommands in the top-level help', async () => {
     const { code, stdout } = await spillway(['--help']);
     assert.equal(code, 0);

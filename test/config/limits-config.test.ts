@@ -34,6 +34,15 @@ const failures: [file: string, message: string][] = [
   ],
   ['limit-not-number.yaml', 'limit-not-number.yaml:4:15: buckets[0].limitRps: expected number, got "lots"'],
   ['missing-limit.yaml', 'missing-limit.yaml:3:5: buckets[0].limitRps: is required (number)'],
+  // A typo is reported as itself, with what it was meant to be, not as the field it left out.
+  [
+    'misspelt-field.yaml',
+    'misspelt-field.yaml:4:5: buckets[0]: unknown field "limt"; did you mean "limitRps"? (allowed: key, template, limitRps, mode, scope, overrides, maxInstances, tuning)',
+  ],
+  [
+    'proxy-rule-fields.yaml',
+    'proxy-rule-fields.yaml:5:5: buckets[0]: unknown fields "limit", "windowSec"; the limits file has no window: write limitRps, units per second (a proxy rule\'s limit / windowSec) (allowed: key, template, limitRps, mode, scope, overrides, maxInstances, tuning)',
+  ],
   ['negative-limit.yaml', 'negative-limit.yaml:4:15: buckets[0].limitRps: must be >= 0, got -5'],
   ['negative-override.yaml', 'negative-override.yaml:6:13: buckets[0].overrides.acme: must be >= 0, got -1'],
   ['not-a-mapping.yaml', 'not-a-mapping.yaml:1:1: top level: expected a mapping, got a list'],
@@ -47,7 +56,7 @@ const failures: [file: string, message: string][] = [
   ],
   [
     'unknown-field.yaml',
-    'unknown-field.yaml:4:5: buckets[0]: unknown field "limit" (allowed: key, template, limitRps, mode, scope, overrides, maxInstances, tuning)',
+    'unknown-field.yaml:4:5: buckets[0]: unknown field "limit"; the limits file has no window: write limitRps, units per second (a proxy rule\'s limit / windowSec) (allowed: key, template, limitRps, mode, scope, overrides, maxInstances, tuning)',
   ],
   [
     'unknown-mode.yaml',
@@ -59,7 +68,7 @@ const failures: [file: string, message: string][] = [
   ],
   [
     'unknown-top-field.yaml',
-    'unknown-top-field.yaml:2:1: top level: unknown field "interval" (allowed: version, intervalMs, ttlMs, buckets, ratioPolicy)',
+    'unknown-top-field.yaml:2:1: top level: unknown field "interval"; did you mean "intervalMs"? (allowed: version, intervalMs, ttlMs, buckets, ratioPolicy)',
   ],
   [
     'tuning-auto-not-boolean.yaml',
@@ -83,7 +92,7 @@ const failures: [file: string, message: string][] = [
   ],
   [
     'tuning-unknown-field.yaml',
-    'tuning-unknown-field.yaml:7:7: buckets[0].tuning: unknown field "headrom" (allowed: auto, headroom, quantile, floorRps, ceilingRps, maxChangePerDay)',
+    'tuning-unknown-field.yaml:7:7: buckets[0].tuning: unknown field "headrom"; did you mean "headroom"? (allowed: auto, headroom, quantile, floorRps, ceilingRps, maxChangePerDay)',
   ],
   ['wrong-version.yaml', 'wrong-version.yaml:1:10: version: must be 1, got 2'],
   // `.txt`: biome parses every .yaml file in the tree and would refuse this deliberately broken one.
@@ -188,7 +197,8 @@ describe('limits config', () => {
 
   it('parses examples/limits.yaml (the documented example stays valid)', async () => {
     const config = await loadLimitsConfig(join(import.meta.dirname, '../../examples/limits.yaml'));
-    assert.equal(config.buckets.length, 4);
+    // Five rules since issue #35 added `payments:caller=*`, which docs/middleware.md's example keys by.
+    assert.equal(config.buckets.length, 5);
     // It shows the default policy, as its comment says.
     assert.deepEqual(config.ratioPolicy, DEFAULT_RATIO_POLICY);
   });

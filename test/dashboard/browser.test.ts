@@ -33,6 +33,7 @@ const CHROMIUM_ARGS = [
 ];
 const TOKEN = 'browser-test-token-0123456789';
 const SHADOW = 'search';
+const ORPHAN = 'orphan:acme';
 const ENFORCE = 'checkout';
 const INTERVAL_MS = 500;
 const SCREENSHOT = join(REPO_ROOT, 'test-artifacts', 'dashboard.png');
@@ -149,7 +150,8 @@ describe('dashboard in headless Chromium', {
             '--zone',
             'z1',
             '--bucket',
-            `${ENFORCE}=${n * 60},${SHADOW}=${n * 50}`,
+            // host-1 also offers a bucket the limits file has no rule for: unlimited, and said so.
+            `${ENFORCE}=${n * 60},${SHADOW}=${n * 50}${n === 1 ? `,${ORPHAN}=5` : ''}`,
             '--ops',
             '127.0.0.1:0',
             '--interval-ms',
@@ -275,6 +277,29 @@ describe('dashboard in headless Chromium', {
     mkdirSync(join(REPO_ROOT, 'test-artifacts'), { recursive: true });
     await page.screenshot({ path: SCREENSHOT, fullPage: true });
     assert.deepEqual(pageErrors, [], 'no errors in the page');
+  });
+
+  it('shows the keys no rule matches, which the host and the controller log (issue #35)', async () => {
+    await page.waitForSelector('#unknown-buckets:not([hidden])', { timeout: 15_000 });
+    assert.equal(await page.textContent('#unknown-keys'), ORPHAN);
+    assert.match((await page.textContent('#unknown-buckets')) ?? '', /Not limited:/);
+    await waitFor(
+      'the host logs the unknown bucket, once',
+      async () =>
+        hosts[0]!.output.some((l) => l.includes(`bucket \\"${ORPHAN}\\" got no directive`))
+          ? true
+          : undefined,
+      { timeoutMs: 15_000 },
+    );
+    const controller = started[0]!;
+    assert.ok(
+      controller.output.some((l) => l.includes('matches no rule of the limits file') && l.includes(ORPHAN)),
+      controller.output.join('\n'),
+    );
+    const health = (await (await fetch(`http://${hosts[0]!.ops}/healthz`)).json()) as {
+      bucketsWithoutRule: number;
+    };
+    assert.equal(health.bucketsWithoutRule, 1);
   });
 
   it('"Set limit" with an empty field sends nothing (it once sent 0, which blocks the bucket)', async () => {

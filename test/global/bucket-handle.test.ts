@@ -91,6 +91,24 @@ describe('bucket handle decisions', () => {
     assert.equal(byKey.allowed, false);
   });
 
+  it("decide()'s remaining is the fleet's unused share of the limit, as RateLimit's r means (issue #35)", async () => {
+    const { limiter, aggregator, flush } = harness();
+    const idle = limiter.bucket('idle');
+    const busy = limiter.bucket('busy');
+    const over = limiter.bucket('over');
+    const shadow = limiter.bucket('shadow');
+    aggregator.set('idle', { dropRatio: 0, limitRps: 500, offeredRps: 0 });
+    aggregator.set('busy', { dropRatio: 0, limitRps: 500, offeredRps: 380 });
+    aggregator.set('over', { dropRatio: 0.5, limitRps: 500, offeredRps: 1000 });
+    aggregator.set('shadow', { dropRatio: 0.5, limitRps: 500, offeredRps: 1000, mode: 'shadow' });
+    await flush();
+    assert.equal(idle.decide().remaining, 500, 'an idle fleet leaves the whole limit');
+    assert.equal(busy.decide().remaining, 120, 'the limit less what the fleet admits');
+    const atLimit = [over.decide(), over.decide(), over.decide(), over.decide()].find((d) => d.allowed)!;
+    assert.equal(atLimit.remaining, 0, 'a fleet at its limit leaves nothing, even on an admitted call');
+    assert.equal(shadow.decide().remaining, 500, 'a shadow bucket shows no limit it does not enforce');
+  });
+
   it('counts cost units; the ratio applies per call', async () => {
     const { limiter, aggregator, flush } = harness({}, 99);
     const handle = limiter.bucket('upload');

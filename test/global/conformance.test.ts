@@ -13,7 +13,7 @@ const COUNTS =
 
 const skip: Record<ConformanceCase, string> = {
   'admits-up-to-limit': COUNTS,
-  'decision-fields': `${COUNTS}; remaining is the limit (or burst guard tokens), not a countdown`,
+  'decision-fields': `${COUNTS}; remaining is the fleet's unused share of the limit in the directive's window (or burst guard tokens), not a countdown`,
   cost: COUNTS,
   'cost-over-remaining': COUNTS,
   'zero-cost-peek': COUNTS,

@@ -1,6 +1,6 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
-import type { ServerResponse } from 'node:http';
+import { createServer as createHttpServer, type ServerResponse } from 'node:http';
 import { type AddressInfo, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -38,6 +38,60 @@ buckets:
     windowSec: 60
 `;
 }
+
+describe('spillway proxy with a dead upstream (issue #35)', { timeout: 60_000 }, () => {
+  it('logs the 502s (not each one) and /healthz says degraded with the reason, until the upstream answers', async () => {
+    // A port nothing listens on: every forward is refused.
+    const probe = await startUpstream();
+    const port = probe.port;
+    await probe.close();
+    const file = join(dir, 'dead-upstream.yaml');
+    writeFileSync(file, rules(`http://127.0.0.1:${port}`, 1000));
+    const p = await startSpillway('proxy', ['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    started.push(p);
+    const base = `http://${proxyAddress(p)}`;
+    for (let i = 0; i < 5; i++) assert.equal((await send(`${base}/`)).status, 502);
+    await until(
+      'the failure is logged',
+      () => p.output.some((l) => l.includes('the upstream is failing')),
+      10_000,
+    );
+    const lines = p.output.filter((l) => l.includes('the upstream is failing'));
+    assert.equal(lines.length, 1, 'one line for the streak, not one per request');
+    assert.match(lines[0]!, /upstream refused the connection \(ECONNREFUSED\); answered 502/);
+    const health = (await (await fetch(`http://${p.ops}/healthz`)).json()) as {
+      ok: boolean;
+      status: string;
+      upstream: { state: string; reason: string; consecutiveFailures: number };
+    };
+    assert.equal(health.ok, true, 'the proxy itself serves: 200, not 503');
+    assert.equal(health.status, 'degraded');
+    assert.equal(health.upstream.state, 'failing');
+    assert.equal(health.upstream.reason, 'upstream refused the connection (ECONNREFUSED)');
+    assert.equal(health.upstream.consecutiveFailures, 5);
+
+    // The upstream comes back on its port.
+    const revived = createHttpServer((_req, res) => res.end('ok'));
+    await new Promise<void>((resolve) => revived.listen(port, '127.0.0.1', resolve));
+    try {
+      await until('a forward succeeds', async () => (await send(`${base}/`)).status === 200, 10_000);
+      const healed = (await (await fetch(`http://${p.ops}/healthz`)).json()) as {
+        status: string;
+        upstream: { state: string; reason: string | null };
+      };
+      assert.equal(healed.status, 'ok');
+      assert.deepEqual([healed.upstream.state, healed.upstream.reason], ['ok', null]);
+      await until(
+        'the recovery is logged',
+        () => p.output.some((l) => l.includes('the upstream answers again')),
+        10_000,
+      );
+    } finally {
+      revived.closeAllConnections();
+      await new Promise((resolve) => revived.close(resolve));
+    }
+  });
+});
 
 describe('spillway proxy (process)', { timeout: 60_000 }, () => {
   it('reloads the rules file on change and on SIGHUP, keeping the old rules when the new file is invalid', async (t) => {

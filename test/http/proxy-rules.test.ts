@@ -305,6 +305,28 @@ describe('rules file', () => {
 
   const failures: [body: string, message: string][] = [
     ['buckets:\n  - name: a\n    limit: 1\n', 'r.yaml:7:5: buckets[0].windowSec: is required (number)'],
+    // Issue #35: a typo is named as itself, with a suggestion, before the field it left out.
+    [
+      'buckets:\n  - name: a\n    limt: 10\n    windowSec: 1\n',
+      'r.yaml:8:5: buckets[0]: unknown field "limt"; did you mean "limit"? (allowed: name, key, limit, windowSec, mode, cost, match)',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { methds: [GET] }\n',
+      'r.yaml:10:14: buckets[0].match: unknown field "methds"; did you mean "methods"? (allowed: methods, path, prefix, header)',
+    ],
+    [
+      'clientAddress:\n  trustedProxy: [loopback]\nbuckets: []\n',
+      'r.yaml:7:3: clientAddress: unknown field "trustedProxy"; did you mean "trustedProxies"? (allowed: trustedProxies, ipv6PrefixLength, ipv4PrefixLength)',
+    ],
+    // OpenAPI's braces would be literal text no request has: a bucket that silently limits nothing.
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { path: "/v1/users/{id}" }\n',
+      'r.yaml:10:20: buckets[0].match.path: "/v1/users/{id}": "{id}" is not route pattern syntax (OpenAPI\'s braces match nothing here): write a parameter as ":id" (one whole segment), and a final "*" for the rest of the path',
+    ],
+    [
+      'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    match: { prefix: "/v1/{tenant}" }\n',
+      'r.yaml:10:22: buckets[0].match.prefix: "/v1/{tenant}": "{tenant}" is not prefix syntax: a prefix is literal segments; for a parameter use match.path with ":tenant"',
+    ],
     [
       'buckets:\n  - name: a\n    limit: 1\n    windowSec: 1\n    burst: 3\n',
       'r.yaml:10:5: buckets[0]: unknown field "burst" (allowed: name, key, limit, windowSec, mode, cost, match)',

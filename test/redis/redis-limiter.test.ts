@@ -26,7 +26,7 @@ const factories: Record<string, Factory> = {
   'fixed window': (o) => createRedisFixedWindow({ ...o, windowMs: 1000 }),
   'sliding log': (o) => createRedisSlidingLog({ ...o, windowMs: 1000 }),
   'sliding counter': (o) => createRedisSlidingCounter({ ...o, windowMs: 1000 }),
-  'token bucket': (o) => createRedisTokenBucket({ ...o, capacity: o.limit, refillPerSec: 1 }),
+  'token bucket': ({ limit, ...o }) => createRedisTokenBucket({ ...o, capacity: limit, refillPerSec: 1 }),
 };
 
 function code(c: string) {

@@ -96,6 +96,54 @@ describe('scenarios', () => {
     assert.equal(limitAt(limited, 'a', 5), 20);
   });
 
+  it('refuses an unknown field at any depth, naming it before what it leaves out (issue #35)', () => {
+    const bucket = { key: 'a', limitRps: 1, offeredRps: [[0, 5]] };
+    const cases: [unknown, string][] = [
+      [
+        { name: 'x', buckets: [{ key: 'a', limt: 1, offeredRps: [[0, 5]] }] },
+        'x: buckets[0]: unknown field "limt"; did you mean "limitRps"?',
+      ],
+      [
+        { name: 'x', buckets: [bucket], network: { delay: 5 } },
+        'x: network: unknown field "delay"; did you mean "delayMs"?',
+      ],
+      [
+        { name: 'x', buckets: [bucket], events: [{ atS: 1, kind: 'controller-down', zone: 1 }] },
+        'x: events[0]: unknown field "zone"',
+      ],
+    ];
+    for (const [input, message] of cases) {
+      assert.throws(
+        () => parseScenario(input, 'x'),
+        (error) => {
+          assert.ok(isSpillwayError(error, 'ERR_SPILLWAY_INVALID_CONFIG'));
+          assert.ok(error.message.startsWith(message), error.message);
+          return true;
+        },
+      );
+    }
+  });
+
+  it("points at the line and column of a scenario file's error", () => {
+    const dir = mkdtempSync(join(tmpdir(), 'spillway-sim-'));
+    const path = join(dir, 'typo.yaml');
+    writeFileSync(
+      path,
+      'name: typo\nbuckets:\n  - key: a\n    limitRps: 10\n    offeredRps: [[0, 5]]\nnetwork:\n  lossrate: 0.1\n',
+    );
+    assert.throws(
+      () => loadScenarioFile(path),
+      (error) => {
+        assert.ok(isSpillwayError(error, 'ERR_SPILLWAY_INVALID_CONFIG'));
+        assert.equal(
+          error.message,
+          `${path}:7:3: network: unknown field "lossrate"; did you mean "lossRate"? (allowed: delayMs, jitterMs, lossRate)`,
+        );
+        return true;
+      },
+    );
+  });
+
   it('loads JSON and YAML files and names the file in errors', () => {
     const dir = mkdtempSync(join(tmpdir(), 'spillway-sim-'));
     const yamlPath = join(dir, 'custom.yaml');

@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { execFile } from 'node:child_process';
+import { execFile, spawn } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -120,6 +120,7 @@ describe('spillway tune (end to end on a temp SQLite history and limits file)', 
   it('--apply changes only the opted-in buckets, keeps comments, and runs once a day', async () => {
     const applied = await spillway(['tune', '--history', historyPath, '--config', limitsPath, '--apply']);
     assert.equal(applied.code, 0, applied.stderr);
+    assert.match(applied.stdout, /^payments:charge +1000 +1200 +\+20% +applied +change$/m);
     assert.match(
       applied.stdout,
       new RegExp(`^wrote 1 new limit to ${limitsPath.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}$`, 'm'),
@@ -139,6 +140,9 @@ describe('spillway tune (end to end on a temp SQLite history and limits file)', 
     const again = await spillway(['tune', '--history', historyPath, '--config', limitsPath, '--apply']);
     assert.equal(again.code, 0);
     assert.match(again.stdout, /tuning was already applied today .* nothing written/);
+    // Issue #35: the table said "apply (auto)" for what was not written.
+    assert.match(again.stdout, /^payments:charge +1200 +1300 +\+8\.3% +not applied +change$/m);
+    assert.doesNotMatch(again.stdout, /apply \(auto\)/);
     assert.equal(readFileSync(limitsPath, 'utf8'), text);
 
     const forced = await spillway([
@@ -165,9 +169,23 @@ describe('spillway tune (end to end on a temp SQLite history and limits file)', 
         ['tune', '--history', historyPath, '--config', limitsPath, '--force'],
         /--force only makes sense with --apply/,
       ],
+      // Issue #35: "unable to open database file" gave no hint.
       [
         ['tune', '--history', join(dir, 'missing.sqlite'), '--config', limitsPath],
-        /--history: history: cannot open .*missing\.sqlite/,
+        /--history: .*missing\.sqlite does not exist\. A controller writes it while it runs \(spillway controller --history .*\), and a proposal needs 21 days of it; to see a proposal now, write a sample: spillway tune --sample-history <new file>/,
+      ],
+      [['tune', '--config', limitsPath], /to try tune without one, write a sample: --sample-history/],
+      [
+        ['tune', '--history', historyPath, '--sample-history', join(dir, 'x.sqlite'), '--config', limitsPath],
+        /--history and --sample-history: give one/,
+      ],
+      [
+        ['tune', '--sample-history', join(dir, 'y.sqlite'), '--config', limitsPath, '--apply'],
+        /--apply with --sample-history would write limits sized from made-up peaks/,
+      ],
+      [
+        ['tune', '--sample-history', historyPath, '--config', limitsPath],
+        /--sample-history: .*history\.sqlite exists; name a new file/,
       ],
       [['tune', '--history', historyPath, '--config', join(dir, 'none.yaml')], /cannot read limits file/],
     ];
@@ -176,6 +194,67 @@ describe('spillway tune (end to end on a temp SQLite history and limits file)', 
       assert.equal(code, 2, args.join(' '));
       assert.match(stderr, pattern);
     }
+  });
+});
+
+describe('spillway tune --sample-history (issue #35: a proposal in a minute, no weeks of history)', () => {
+  it('writes a made-up history for the exact-key buckets and proposes from it, writing nothing else', async () => {
+    const samplePath = join(dir, 'sample.sqlite');
+    const limitsPath = join(dir, 'sample-limits.yaml');
+    writeFileSync(limitsPath, LIMITS);
+    const { code, stdout, stderr } = await spillway([
+      'tune',
+      '--sample-history',
+      samplePath,
+      '--config',
+      limitsPath,
+    ]);
+    assert.equal(code, 0, stderr);
+    assert.match(
+      stderr,
+      /^spillway tune: wrote a sample history to .*sample\.sqlite: 28 days of made-up peaks for 3 buckets \(payments:charge, search, brand-new\); not your traffic$/m,
+    );
+    assert.match(stdout, /^payments:charge +1000 +\d+ +[+-][\d.]+% +apply \(auto\) +change$/m);
+    assert.match(stdout, /^brand-new +50 +[\d.]+ +/m);
+    assert.doesNotMatch(stdout, /insufficient-history/);
+    assert.equal(readFileSync(limitsPath, 'utf8'), LIMITS);
+    // The file is a history like any other: tune reads it again.
+    const again = await spillway(['tune', '--history', samplePath, '--config', limitsPath]);
+    assert.equal(again.code, 0);
+    assert.equal(again.stdout, stdout);
+  });
+});
+
+describe('spillway tune piped into a reader that stops early', () => {
+  it('exits 0 without a stack trace when stdout closes (tune --apply | head -3)', async () => {
+    const historyPath = join(dir, 'pipe.sqlite');
+    const limitsPath = join(dir, 'pipe-limits.yaml');
+    writeFileSync(limitsPath, LIMITS);
+    await spillway(['tune', '--sample-history', historyPath, '--config', limitsPath]);
+    const child = spawn(
+      process.execPath,
+      [
+        '--import',
+        'tsx',
+        'src/cli/entry.ts',
+        'tune',
+        '--history',
+        historyPath,
+        '--config',
+        limitsPath,
+        '--apply',
+      ],
+      { cwd: REPO_ROOT, stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    child.stdout.destroy(); // the reader is gone before the first line
+    let stderr = '';
+    child.stderr.on('data', (chunk) => {
+      stderr += String(chunk);
+    });
+    const code = await new Promise((resolve) => child.once('exit', resolve));
+    assert.equal(code, 0, stderr);
+    assert.equal(stderr, '');
+    assert.notEqual(readFileSync(limitsPath, 'utf8'), LIMITS, 'the limits were written before the output');
   });
 });
 

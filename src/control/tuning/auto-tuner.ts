@@ -1,5 +1,6 @@
 import { loadLimitsConfig } from '../../config/limits-config.js';
 import { type Cancellable, type Scheduler, systemScheduler } from '../../core/clock.js';
+import { assertKnownOptions, optionNames } from '../../core/validate.js';
 import type { ControlLogger } from '../control-logger.js';
 import { silentLogger } from '../control-logger.js';
 import { DAY_MS, dayStartOf, type HistoryStore, utcDate } from './history-store.js';
@@ -84,7 +85,18 @@ export async function takeTodaysStep(
  * the history store, so a restarted controller does not apply a second step the same day. A failure
  * (unwritable file, invalid file) is logged and retried at the next check; it never affects enforcement.
  */
+const AUTO_TUNER_OPTIONS = optionNames<AutoTunerOptions>({
+  store: true,
+  configPath: true,
+  scheduler: true,
+  checkEveryMs: true,
+  propose: true,
+  logger: true,
+  onApplied: true,
+});
+
 export function createAutoTuner(options: AutoTunerOptions): AutoTuner {
+  assertKnownOptions(options, AUTO_TUNER_OPTIONS, 'createAutoTuner');
   const scheduler = options.scheduler ?? systemScheduler;
   const logger = options.logger ?? silentLogger;
   const checkEveryMs = options.checkEveryMs ?? 3_600_000;

@@ -1,18 +1,36 @@
 import { utcDate } from './history-store.js';
 import { formatRps, quantileName, type TuningProposal } from './propose-limits.js';
 
+export interface FormatProposalsOptions {
+  /**
+   * The proposals were just applied (`spillway tune --apply`): the buckets actually written. An
+   * opted-in proposal is then `applied` or `not applied` (the day's step was already taken), never
+   * `apply (auto)`, which says what applying would do.
+   */
+  applied?: readonly string[];
+}
+
 /**
  * The human form of proposals, as `spillway tune` prints them: a table (one row per rule) followed by
  * each proposal's explanation. docs/tuning.md shows an example.
  */
-export function formatProposals(proposals: readonly TuningProposal[]): string {
+export function formatProposals(
+  proposals: readonly TuningProposal[],
+  options: FormatProposalsOptions = {},
+): string {
   const header = ['bucket', 'current', 'proposed', 'change', 'action', 'status'];
+  const applied = options.applied === undefined ? undefined : new Set(options.applied);
+  const action = (p: TuningProposal): string => {
+    if (p.action !== 'apply') return p.action;
+    if (applied === undefined) return 'apply (auto)';
+    return applied.has(p.bucket) ? 'applied' : 'not applied';
+  };
   const rows = proposals.map((p) => [
     p.bucket,
     formatRps(p.currentLimitRps),
     p.status === 'change' || p.status === 'unchanged' ? formatRps(p.proposedLimitRps) : '-',
     p.status === 'change' ? formatChange(p.changeRatio) : '-',
-    p.action === 'apply' ? 'apply (auto)' : p.action,
+    action(p),
     p.status,
   ]);
   const widths = header.map((h, i) => Math.max(h.length, ...rows.map((r) => r[i]!.length)));

@@ -1,3 +1,4 @@
+import { assertKnownOptions, optionNames } from '../../core/validate.js';
 import { DAY_MS, dayStartOf, type HistoryStore, minuteStartOf } from './history-store.js';
 
 /** Marker in the history store: the UTC day start of the last minute written. */
@@ -69,7 +70,16 @@ const DEFAULT_DAILY_RETENTION_MS = 84 * DAY_MS;
  * (the controller down, or the jump) the next day prunes. Store failures are reported to `onError`
  * and counted; they never throw into the caller (the controller's loop).
  */
+const PEAK_RECORDER_OPTIONS = optionNames<PeakRecorderOptions>({
+  store: true,
+  maxBuckets: true,
+  minuteRetentionMs: true,
+  dailyRetentionMs: true,
+  onError: true,
+});
+
 export function createPeakRecorder(options: PeakRecorderOptions): PeakRecorder {
+  assertKnownOptions(options, PEAK_RECORDER_OPTIONS, 'createPeakRecorder');
   const store = options.store;
   const maxBuckets = options.maxBuckets ?? DEFAULT_MAX_BUCKETS;
   const minuteRetentionMs = options.minuteRetentionMs ?? DEFAULT_MINUTE_RETENTION_MS;

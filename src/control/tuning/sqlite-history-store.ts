@@ -3,6 +3,7 @@ import { createRequire } from 'node:module';
 import { dirname } from 'node:path';
 import type BetterSqlite3 from 'better-sqlite3';
 import { ErrorCode, SpillwayError } from '../../core/errors.js';
+import { assertKnownOptions, optionNames } from '../../core/validate.js';
 import {
   checkedPeaks,
   checkPeak,
@@ -35,7 +36,15 @@ const SCHEMA_VERSION = 1;
  *
  * better-sqlite3 is loaded on first use, so importing this module costs nothing until a store is opened.
  */
+const SQLITE_STORE_OPTIONS = optionNames<SqliteHistoryStoreOptions>({
+  path: true,
+  busyTimeoutMs: true,
+  readonly: true,
+  mustExist: true,
+});
+
 export function createSqliteHistoryStore(options: SqliteHistoryStoreOptions): HistoryStore {
+  assertKnownOptions(options, SQLITE_STORE_OPTIONS, 'createSqliteHistoryStore');
   const Database = loadDriver();
   const mustExist = options.readonly === true || options.mustExist === true;
   if (options.path !== ':memory:' && !mustExist) mkdirSync(dirname(options.path), { recursive: true });

@@ -1,6 +1,7 @@
 import type { LimitsConfig } from '../../config/limits-config.js';
 import type { Clock } from '../../core/clock.js';
 import { systemClock } from '../../core/clock.js';
+import { assertKnownOptions, optionNames } from '../../core/validate.js';
 import type { HistoryStore } from './history-store.js';
 import { type ProposeLimitsOptions, proposeLimits, type TuningProposal } from './propose-limits.js';
 
@@ -33,11 +34,20 @@ export interface TuningSuggestionsOptions {
  * the proposal, so the next computation reports it unchanged and it disappears by itself; `accepted`
  * only drops the cache so that happens at once.
  */
+const TUNING_SUGGESTIONS_OPTIONS = optionNames<TuningSuggestionsOptions>({
+  store: true,
+  config: true,
+  clock: true,
+  propose: true,
+  cacheMs: true,
+});
+
 export function createTuningSuggestions(options: TuningSuggestionsOptions): {
   readonly name: string;
   suggestions(): TuningSuggestionView[];
   accepted(id: string): void;
 } {
+  assertKnownOptions(options, TUNING_SUGGESTIONS_OPTIONS, 'createTuningSuggestions');
   const clock = options.clock ?? systemClock;
   const cacheMs = options.cacheMs ?? 60_000;
   let cached: { atMs: number; rulesKey: string; list: TuningSuggestionView[] } | undefined;

@@ -1,4 +1,5 @@
 import type { NextFunction, Request, Response } from 'express';
+import { assertMiddlewareOptionNames } from '../middleware-options.js';
 import {
   createRateLimitMiddleware,
   type FrameworkAdapter,
@@ -54,6 +55,7 @@ const expressAdapter: FrameworkAdapter<Request, Response> = {
  * }));
  */
 export function expressRateLimit(options: ExpressRateLimitOptions): ExpressRateLimit {
+  assertMiddlewareOptionNames(options, 'expressRateLimit');
   const core = createRateLimitMiddleware(options, expressAdapter);
   const run = core.run;
   const middleware = ((req: Request, res: Response, next: NextFunction): void => {

@@ -1,4 +1,5 @@
 import type { FastifyInstance, FastifyReply, FastifyRequest, HookHandlerDoneFunction } from 'fastify';
+import { assertMiddlewareOptionNames } from '../middleware-options.js';
 import {
   createRateLimitMiddleware,
   type FrameworkAdapter,
@@ -74,6 +75,7 @@ const fastifyAdapter: FrameworkAdapter<FastifyRequest, FastifyReply> = {
  * // or per route: app.get('/search', { onRequest: limit.onRequest }, handler);
  */
 export function fastifyRateLimit(options: FastifyRateLimitOptions): FastifyRateLimit {
+  assertMiddlewareOptionNames(options, 'fastifyRateLimit');
   const core = createRateLimitMiddleware(options, fastifyAdapter);
   const run = core.run;
   const onRequest: FastifyRateLimitHook = function fastifyRateLimitHook(request, reply, done) {

@@ -354,6 +354,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
     // 1xx informational responses are not relayed (Node answers the client's 100-continue itself).
     if (statusCode < 200) return;
     clearTimeout(this.#deadline);
+    this.#context.upstreamHealth.answered();
     this.#recordHeadersWait();
     this.#body?.responseStarted();
     const res = this.res;
@@ -417,6 +418,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
       return;
     }
     const failure = describeUpstreamFailure(error, this.#context.upstream.config);
+    this.#context.upstreamHealth.failed(failure);
     this.#settle(failure.outcome);
     this.#closeAfterResponse();
     sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, this.#limitHeaders);

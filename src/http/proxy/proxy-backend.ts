@@ -15,6 +15,7 @@ import { createRedisTokenBucket } from '../../redis/redis-token-bucket.js';
 import type { ControlClient } from '../../transport/control-transport.js';
 import { type EdgeLimiter, toEdgeLimiter } from '../limiter-adapter.js';
 import type { BackendConfig, ProxyBucket } from '../rules/proxy-rules.js';
+import { assertProxyBackendOptionNames } from './proxy-options.js';
 
 /**
  * The limiters behind the proxy's buckets, built from the rules file's `backend`:
@@ -77,6 +78,7 @@ export interface ProxyBackendOptions {
 }
 
 export function createProxyBackend(config: BackendConfig, options: ProxyBackendOptions): ProxyBackend {
+  assertProxyBackendOptionNames(options);
   const accepts = (other: BackendConfig) => JSON.stringify(other) === JSON.stringify(config);
   switch (config.kind) {
     case 'local':

@@ -4,6 +4,7 @@ import type { ProxyMetrics } from './proxy-metrics.js';
 import type { RequestDecider } from './request-decision.js';
 import type { ServerLifecycle } from './server-lifecycle.js';
 import type { UpgradedConnections } from './upgrade-tunnelling.js';
+import type { UpstreamHealth } from './upstream-health.js';
 import type { UpstreamPool } from './upstream-pool.js';
 
 export interface ProxyLogger {
@@ -23,4 +24,6 @@ export interface ProxyContext {
   readonly connections: ClientConnections;
   readonly upgrades: UpgradedConnections;
   readonly lifecycle: ServerLifecycle;
+  /** Upstream failures, logged a streak at a time, for /healthz. */
+  readonly upstreamHealth: UpstreamHealth;
 }

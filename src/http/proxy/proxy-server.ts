@@ -6,10 +6,12 @@ import { ClientConnections } from './client-connections.js';
 import type { ProxyBackend } from './proxy-backend.js';
 import type { ProxyContext, ProxyLogger } from './proxy-context.js';
 import { noProxyMetrics, type ProxyMetrics } from './proxy-metrics.js';
+import { assertProxyServerOptionNames } from './proxy-options.js';
 import { RequestDecider } from './request-decision.js';
 import { refuseConnect, serveRequest } from './serve-request.js';
 import { ServerLifecycle } from './server-lifecycle.js';
 import { serveUpgrade, UpgradedConnections } from './upgrade-tunnelling.js';
+import { UpstreamHealth, type UpstreamHealthReport } from './upstream-health.js';
 import { UpstreamPool } from './upstream-pool.js';
 
 export type { ProxyLogger } from './proxy-context.js';
@@ -38,6 +40,8 @@ export interface ProxyServer {
    * answered or abandoned while they waited included (swept out once they are half of it).
    */
   readonly upstreamQueue: { readonly waiting: number; readonly held: number };
+  /** Whether the upstream answers, as the proxy last found it (upstream-health.ts). */
+  readonly upstreamHealth: UpstreamHealthReport;
   /**
    * Apply new rules to requests that arrive from now on (in-flight ones finish under the old).
    * Throws (and changes nothing) when a bucket's limiter cannot be built. Upstream URL, pool size
@@ -68,6 +72,7 @@ export interface ProxyServer {
  * - `server-lifecycle.ts`: the Node server, its timeouts, listening and the drain.
  */
 export async function startProxyServer(options: ProxyServerOptions): Promise<ProxyServer> {
+  assertProxyServerOptionNames(options);
   const metrics = options.metrics ?? noProxyMetrics;
   const logger = options.logger;
   const backend = options.backend;
@@ -85,6 +90,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     connections,
     upgrades: new UpgradedConnections(),
     lifecycle: new ServerLifecycle(options.rules, listenAt, connections.clientErrorOptions()),
+    upstreamHealth: new UpstreamHealth(logger),
   };
   const server = context.lifecycle.server;
   server.on('request', (req: IncomingMessage, res: ServerResponse) => serveRequest(context, req, res, false));
@@ -107,6 +113,9 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     },
     get draining() {
       return context.lifecycle.draining;
+    },
+    get upstreamHealth() {
+      return context.upstreamHealth.report();
     },
     get upstreamQueue() {
       return { waiting: upstream.queue.depth, held: upstream.queue.held };

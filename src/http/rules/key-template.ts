@@ -48,6 +48,12 @@ export interface KeyTemplate {
   /** Header names (lower case) the template reads. */
   readonly headers: readonly string[];
   render(context: KeyContext): string;
+  /**
+   * Whether `key` could be one this template renders: its literal text in place, any non-empty
+   * text for each placeholder (or the folded form of a long key). For telling which rule a
+   * limiter's bucket belongs to, off the request path.
+   */
+  matches(key: string): boolean;
 }
 
 const MISSING = '-';
@@ -92,10 +98,15 @@ export function compileKeyTemplate(
     throw new Error(`"${source}": a key of ${Buffer.byteLength(constant)} bytes; at most ${MAX_KEY_BYTES}`);
   }
   const head = typeof parts[0] === 'string' ? parts[0].slice(0, FOLDED_HEAD_LENGTH) : '';
+  const shape = new RegExp(
+    `^(?:${parts.map((part) => (typeof part === 'string' ? escapeRegExp(part) : '.+?')).join('')}|${escapeRegExp(head)}~h\\.[0-9a-f]{32})$`,
+    's',
+  );
   return {
     source,
     constant,
     headers,
+    matches: (key) => (constant !== undefined ? key === constant : shape.test(key)),
     render(context) {
       if (constant !== undefined) return constant;
       let key = '';
@@ -156,10 +167,23 @@ function placeholder(
   }
 }
 
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&');
+}
+
 function safeValue(value: string | undefined): string {
   if (value === undefined || value === '') return MISSING;
   if (value.length <= MAX_VALUE_LENGTH && SAFE_VALUE.test(value)) return value;
   return `h.${hashPrefix(value)}`;
+}
+
+/**
+ * What `{headerHash:…}` renders for a header value: the first 16 hex digits of its SHA-256. An
+ * operator who overrides one caller's limit in the limits file names the instance this way
+ * (`overrides: { "822b33ad87c148a0": 1000 }` for `x-api-key: acme`; `spillway header-hash`).
+ */
+export function headerHash(value: string): string {
+  return hashPrefix(value);
 }
 
 function hashPrefix(value: string): string {

@@ -56,7 +56,7 @@ type Segment = { kind: 'literal'; text: string } | { kind: 'param'; name: string
 
 /** Throws a plain Error with a message suitable for a config issue. */
 export function compileRoutePattern(source: string, matching = DEFAULT_PATH_MATCHING): RoutePattern {
-  checkPathSource(source, matching);
+  checkPathSource(source, matching, 'path');
   // A trailing slash is ignored, as it is in normalized request paths.
   const trimmed = source.length > 1 && source.endsWith('/') ? source.slice(0, -1) : source;
   const parts = trimmed === '/' ? [] : trimmed.slice(1).split('/');
@@ -108,7 +108,7 @@ export function compileRoutePattern(source: string, matching = DEFAULT_PATH_MATC
 
 /** Throws a plain Error with a message suitable for a config issue. */
 export function compilePathPrefix(source: string, matching = DEFAULT_PATH_MATCHING): PathPrefix {
-  checkPathSource(source, matching);
+  checkPathSource(source, matching, 'prefix');
   const trimmed = source.replace(/\/+$/, '');
   const prefix = matching.caseSensitive ? trimmed : trimmed.toLowerCase();
   return {
@@ -127,8 +127,19 @@ export function compilePathPrefix(source: string, matching = DEFAULT_PATH_MATCHI
  * reading of a request, while an upstream that applies the rewrite routes the rewritten
  * spelling (`/a/b` for `/a\b`, `/a/b` for `/a;v=1/b`) to the same handler: a bypass.
  */
-function checkPathSource(source: string, matching: PathMatching): void {
+function checkPathSource(source: string, matching: PathMatching, kind: 'path' | 'prefix'): void {
   if (!source.startsWith('/')) throw new Error(`"${source}" must start with "/"`);
+  // OpenAPI's `{id}` (and Express 5's `{/:id}` optional groups): as literal text they match nothing
+  // a client sends (clients escape braces as %7B and %7D), so the bucket would silently limit nothing.
+  const braces = /\{[^}]*\}?|\}/.exec(source);
+  if (braces !== null) {
+    const name = /^\{:?([A-Za-z_][A-Za-z0-9_]*)\}$/.exec(braces[0])?.[1];
+    throw new Error(
+      kind === 'path'
+        ? `"${source}": "${braces[0]}" is not route pattern syntax (OpenAPI's braces match nothing here): write a parameter as ${name === undefined ? '":name"' : `":${name}"`} (one whole segment), and a final "*" for the rest of the path`
+        : `"${source}": "${braces[0]}" is not prefix syntax: a prefix is literal segments; for a parameter use match.path with ${name === undefined ? '":name"' : `":${name}"`}`,
+    );
+  }
   if (matching.backslashAsSlash && source.includes('\\')) {
     throw new Error(`"${source}": "\\" is read as "/" in requests (routing.backslashAsSlash): write "/"`);
   }
