@@ -188,7 +188,7 @@ describe('limits config', () => {
 
   it('parses examples/limits.yaml (the documented example stays valid)', async () => {
     const config = await loadLimitsConfig(join(import.meta.dirname, '../../examples/limits.yaml'));
-    assert.equal(config.buckets.length, 4);
+    assert.equal(config.buckets.length, 5);
     // It shows the default policy, as its comment says.
     assert.deepEqual(config.ratioPolicy, DEFAULT_RATIO_POLICY);
   });
