@@ -99,7 +99,8 @@ export const spec: CommandSpec = {
       type: 'string',
       valueName: 'id',
       description: 'identity up and down',
-      defaultText: 'aggregator-<zone>-<hostname>-<pid>',
+      defaultText:
+        'aggregator-<zone>-<hostname>-<listen port> (the pid instead of the port with --listen :0)',
     },
     'interval-ms': {
       type: 'string',
@@ -133,7 +134,7 @@ export function run(argv: string[]): Promise<number> {
     const parents = parseTargets('parent', listFlag(values, 'parent'));
     const listen = parseHostPort('listen', stringFlag(values, 'listen') ?? '127.0.0.1:7071');
     const ops = opsEndpointFromFlags(values, '127.0.0.1:9091');
-    const id = stringFlag(values, 'id') ?? `aggregator-${zone}-${hostname()}-${process.pid}`;
+    const id = stringFlag(values, 'id') ?? defaultAggregatorId(zone, listen.port);
     const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 100 });
     const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
       ? numberFlag(values, 'report-timeout-ms', 0, { min: 1 })
@@ -215,4 +216,15 @@ export function run(argv: string[]): Promise<number> {
     });
     return 0;
   });
+}
+
+/**
+ * The same on every restart of one aggregator (host name and listen port; in Kubernetes the pod
+ * name), so a restarted aggregator takes back its own entry at its parents instead of needing a
+ * second one while the first expires, and its hosts' acknowledgements still name it. Two processes
+ * cannot listen on one port, so it stays unique per machine; with port 0 the port is not known yet
+ * and not stable anyway, so the process id stands in.
+ */
+export function defaultAggregatorId(zone: string, listenPort: number): string {
+  return `aggregator-${zone}-${hostname()}-${listenPort === 0 ? `pid${process.pid}` : listenPort}`;
 }

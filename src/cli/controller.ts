@@ -200,6 +200,16 @@ export function run(argv: string[]): Promise<number> {
 
     const authToken = await readAuthToken(values);
     const zoneTokens = await readZoneTokens(values, authToken);
+    // Every host and aggregator holds a tier token: as the admin token it would make each one an admin.
+    if (
+      adminToken !== undefined &&
+      (adminToken === authToken || zoneTokens.some((z) => z.token === adminToken))
+    ) {
+      throw usageError(
+        "the admin token must differ from the tiers' tokens (--auth-token-file, --zone-token-file): any process holding those could act as admin",
+        { flag: 'admin-token' },
+      );
+    }
     const tls = await readServerTls(values, { caIsForClients: true });
     const reporterCap = reporterCapFromFlags(values);
     const configText = await readConfigFile(configPath, { kind: 'limits file' });

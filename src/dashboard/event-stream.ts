@@ -2,7 +2,11 @@ import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
 
 export interface EventStreamOptions {
-  /** Most concurrent subscribers; one more is refused (the caller answers 503). Default 32. */
+  /**
+   * Most concurrent subscribers. When every slot is taken, a newcomer whose address holds at least
+   * two fewer streams than the address holding the most takes that address's oldest stream's
+   * slot (`accept`); otherwise it is refused (the caller answers 503). Default 32.
+   */
   maxClients?: number;
   /**
    * Most concurrent subscribers from one client address (`streamClientKey`), so one client cannot
@@ -68,15 +72,40 @@ export function createEventStream(options: EventStreamOptions = {}): EventStream
     }
   }
 
+  /**
+   * Slots are shared max-min fairly between addresses: a few addresses that took every slot (one
+   * client holding several IPv4 addresses or /64s) give one up to a newcomer with fewer streams,
+   * oldest first, so they cannot keep everyone else from watching. The two-stream margin keeps two
+   * addresses from taking a slot back and forth.
+   */
+  function evictForNewcomer(newcomerStreams: number): boolean {
+    let busiestKey: string | undefined;
+    let busiest = 0;
+    for (const [candidate, count] of perAddress) {
+      if (count > busiest) {
+        busiest = count;
+        busiestKey = candidate;
+      }
+    }
+    if (busiestKey === undefined || busiest < newcomerStreams + 2) return false;
+    for (const [oldest, oldestKey] of clients) {
+      if (oldestKey !== busiestKey) continue;
+      drop(oldest);
+      oldest.end();
+      return true;
+    }
+    return false;
+  }
+
   return {
     get clients() {
       return clients.size;
     },
     accept(request, response) {
-      if (clients.size >= maxClients) return 'full';
       const key = streamClientKey(request.socket.remoteAddress);
       const open = perAddress.get(key) ?? 0;
       if (open >= maxClientsPerAddress) return 'address-full';
+      if (clients.size >= maxClients && !evictForNewcomer(open)) return 'full';
       response.writeHead(200, {
         'content-type': 'text/event-stream; charset=utf-8',
         'cache-control': 'no-store',

@@ -208,6 +208,28 @@ describe('spillway subcommands: help and usage errors', () => {
     assert.match(stderr, /Unknown option '--bogus' \(ERR_SPILLWAY_INVALID_USAGE\)/);
   });
 
+  it('controller refuses an admin token equal to a tier token (every host would be an admin)', async () => {
+    const token = 'a-token-long-enough-for-admin-use';
+    const tokenPath = join(dir, 'tier-token');
+    writeFileSync(tokenPath, `${token}\n`);
+    const configPath = join(dir, 'admin-token-limits.yaml');
+    writeFileSync(configPath, 'version: 1\nbuckets:\n  - key: a\n    limitRps: 10\n');
+    const module = (await subcommands.controller!.load()) as { run(argv: string[]): Promise<number> };
+    const common = ['--config', configPath, '--listen', '127.0.0.1:0', '--ops', '127.0.0.1:0'];
+    const dashboard = ['--dashboard', '127.0.0.1:0', '--admin-token', token];
+    for (const tokenFlags of [
+      ['--auth-token-file', tokenPath],
+      ['--auth-token-file', join(dir, 'other-token'), '--zone-token-file', `z1=${tokenPath}`],
+    ]) {
+      writeFileSync(join(dir, 'other-token'), 'another-token-for-the-tiers\n');
+      const { code, stderr } = await captureStderr(() =>
+        module.run([...common, ...tokenFlags, ...dashboard]),
+      );
+      assert.equal(code, 2, stderr);
+      assert.match(stderr, /the admin token must differ from the tiers' tokens/);
+    }
+  });
+
   it('controller exits 2 naming file, line and column for an invalid limits file', async () => {
     const path = join(dir, 'bad.yaml');
     writeFileSync(path, 'version: 1\nbuckets:\n  - key: a\n    limitRps: -1\n');

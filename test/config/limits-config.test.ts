@@ -197,8 +197,9 @@ describe('limits config', () => {
 
   it('parses examples/limits.yaml (the documented example stays valid)', async () => {
     const config = await loadLimitsConfig(join(import.meta.dirname, '../../examples/limits.yaml'));
-    // Five rules since issue #35 added `payments:caller=*`, which docs/middleware.md's example keys by.
-    assert.equal(config.buckets.length, 5);
+    // Six rules: issue #35 added `payments:caller=*` (docs/middleware.md's example keys by it), #36
+    // `api:client=*` (the example rules pair the per-caller bucket with a per-client one).
+    assert.equal(config.buckets.length, 6);
     // It shows the default policy, as its comment says.
     assert.deepEqual(config.ratioPolicy, DEFAULT_RATIO_POLICY);
   });

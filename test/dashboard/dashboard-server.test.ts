@@ -478,19 +478,69 @@ describe('event-stream slots per client address', () => {
       // The slots that one client could not take are there for the others.
       assert.equal((await subscribe('127.0.0.2')).statusCode, 200);
       assert.equal((await subscribe('127.0.0.3')).statusCode, 200);
-      const full = await subscribe('127.0.0.4');
+      // Every slot is taken, 127.0.0.1 holding two: a newcomer takes its oldest stream's slot.
+      const evicted = open[0]!;
+      const evictedEnded = new Promise<void>((resolve) => evicted.once('close', () => resolve()));
+      evicted.resume();
+      assert.equal((await subscribe('127.0.0.4')).statusCode, 200);
+      await evictedEnded;
+      open.shift();
+      // Now every address holds one: nobody's stream is taken for a fifth address.
+      const full = await subscribe('127.0.0.5');
       assert.equal(full.statusCode, 503);
       assert.equal(full.headers['retry-after'], '5');
       await text(full);
-      // A client that closes a stream may open one again once the server has seen it go.
-      open.shift()!.destroy();
-      const again = await waitFor('a slot for 127.0.0.1 again', async () => {
-        const response = await subscribe('127.0.0.1');
+      // A client that closes a stream frees its slot for the next one, once the server has seen it go.
+      open.pop()!.destroy();
+      const again = await waitFor('a slot for 127.0.0.5', async () => {
+        const response = await subscribe('127.0.0.5');
         if (response.statusCode === 200) return response;
         await text(response);
         return undefined;
       });
       assert.equal(again.statusCode, 200);
+    } finally {
+      for (const response of open) response.destroy();
+      await server.close();
+    }
+  });
+
+  it('eight addresses with four streams each cannot keep a ninth viewer out (the slots are shared fairly)', async () => {
+    const overrides = createAdminOverrides(parseLimitsConfig(LIMITS));
+    const controller = createController({ id: 'ctl', config: overrides.effective() });
+    const { logger } = captureLogger();
+    const server = await startDashboardServer({
+      controller,
+      overrides,
+      admin: createAdminActions({ overrides, controller, logger }),
+      logger,
+    });
+    const open: IncomingMessage[] = [];
+    const subscribe = async (localAddress: string) => {
+      const response = await streamFrom(server.port, localAddress);
+      if (response.statusCode === 200) {
+        response.resume();
+        open.push(response);
+      }
+      return response;
+    };
+    try {
+      for (let address = 1; address <= 8; address++) {
+        for (let stream = 0; stream < 4; stream++) {
+          assert.equal((await subscribe(`127.0.1.${address}`)).statusCode, 200);
+        }
+      }
+      // The attacker's 32 streams hold every default slot; an honest viewer still gets in...
+      const honest = await subscribe('127.0.2.1');
+      assert.equal(honest.statusCode, 200);
+      // ...and keeps its stream while the attacker reconnects from all its addresses.
+      let honestClosed = false;
+      honest.once('close', () => {
+        honestClosed = true;
+      });
+      for (let address = 1; address <= 8; address++) await subscribe(`127.0.1.${address}`);
+      await new Promise((resolve) => setImmediate(resolve));
+      assert.equal(honestClosed, false);
     } finally {
       for (const response of open) response.destroy();
       await server.close();

@@ -480,7 +480,7 @@ describe('rules file', () => {
     assert.equal(rules.backend.kind, 'global');
     assert.deepEqual(
       rules.buckets.map((b) => b.config.name),
-      ['payments', 'search', 'per-caller'],
+      ['payments', 'search', 'per-caller', 'per-client'],
     );
   });
 
@@ -488,8 +488,27 @@ describe('rules file', () => {
     const rules = await loadProxyRules(new URL('../../examples/proxy-rules.yaml', import.meta.url).pathname);
     assert.deepEqual(
       rules.buckets.map((b) => b.config.name),
-      ['per-caller', 'payments', 'anonymous', 'search-trial'],
+      ['per-caller', 'per-client', 'payments', 'anonymous', 'search-trial'],
     );
+  });
+
+  it('the example rules pair every bucket keyed by a client-chosen header with one keyed {client} (docs/security.md)', async () => {
+    for (const file of ['proxy-rules.yaml', 'proxy-rules-global.yaml']) {
+      const rules = await loadProxyRules(new URL(`../../examples/${file}`, import.meta.url).pathname);
+      const byClient = rules.buckets.filter((b) => b.key.source.includes('{client}'));
+      for (const bucket of rules.buckets) {
+        if (!/\{header(Hash)?:/.test(bucket.key.source)) continue;
+        const prefix = bucket.config.match?.prefix ?? bucket.config.match?.path ?? '/';
+        const paired = byClient.some((b) => {
+          const covers = b.config.match?.prefix ?? '/';
+          return b.config.match?.path === undefined && prefix.startsWith(covers);
+        });
+        assert.ok(
+          paired,
+          `${file}: ${bucket.config.name} is keyed by a header; no {client} bucket covers ${prefix}`,
+        );
+      }
+    }
   });
 
   it('fills defaults', () => {

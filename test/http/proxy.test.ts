@@ -365,6 +365,27 @@ ${LOCAL}buckets:
     );
   });
 
+  it('refuses a key header sent as a comma-separated list on one line: rotating its members dodges no limit', async () => {
+    const { upstream, proxy } = await setup(`${LOCAL}buckets:
+  - name: per-caller
+    key: "caller={headerHash:x-api-key}"
+    limit: 2
+    windowSec: 60
+    match: { prefix: /v1 }
+`);
+    for (let i = 0; i < 5; i++) {
+      const response = await send(`${proxy.base}/v1/x`, { headers: { 'x-api-key': `alice, n${i}` } });
+      assert.equal(response.status, 400);
+      const body = JSON.parse(response.body) as { error: string; header: string };
+      assert.equal(body.error, 'repeated_key_header');
+      assert.equal(body.header, 'x-api-key');
+    }
+    assert.equal(upstream.seen.length, 0, 'no list-valued key reached the upstream');
+    assert.equal((await send(`${proxy.base}/v1/x`, { headers: { 'x-api-key': 'alice' } })).status, 200);
+    assert.equal((await send(`${proxy.base}/v1/x`, { headers: { 'x-api-key': 'alice' } })).status, 200);
+    assert.equal((await send(`${proxy.base}/v1/x`, { headers: { 'x-api-key': 'alice' } })).status, 429);
+  });
+
   it('a shadow bucket keyed on a header refuses nothing when the header is repeated', async () => {
     const { upstream, proxy } = await setup(`${LOCAL}buckets:
   - name: shadow-token

@@ -76,11 +76,12 @@ function anyPrefixMatch(prefix: PathPrefix, paths: readonly string[]): boolean {
 }
 
 /**
- * A header that a matched enforcing bucket's key reads and the request sent on more than one line,
- * else undefined. Such a request is ambiguous: Node joins the lines into one value (`A, A`, a key
- * of its own), which is what the upstream then receives and may read as a list (its first or last
- * member: `A`), so the caller a key names need not be the one the upstream serves. The proxy
- * refuses it rather than guess.
+ * A header that a matched enforcing bucket's key reads and the request sent on more than one line
+ * or as a comma-separated list on one, else undefined. Such a request is ambiguous: Node joins the
+ * lines into one value (`A, A`, a key of its own), which is what the upstream then receives and
+ * may read as a list (its first or last member: `A`), so the caller a key names need not be the
+ * one the upstream serves; `A, x1` on one line is the same list (RFC 9110 §5.3), and rotating its
+ * second member would give every request a key of its own. The proxy refuses both rather than guess.
  */
 export function repeatedKeyHeader(
   matched: readonly MatchedBucket[],
@@ -89,7 +90,9 @@ export function repeatedKeyHeader(
   for (const { bucket } of matched) {
     // A shadow bucket never answers a client: it counts the joined value as a key of its own.
     if (bucket.shadow) continue;
-    for (const name of bucket.key.headers) if (request.headerRepeated(name)) return name;
+    for (const name of bucket.key.headers) {
+      if (request.headerRepeated(name) || request.header(name)?.includes(',')) return name;
+    }
   }
   return undefined;
 }
