@@ -343,7 +343,7 @@ ${LOCAL}buckets:
       assert.deepEqual(JSON.parse(response.body), {
         error: 'repeated_key_header',
         message:
-          'the x-api-key header is part of a rate limit key and must be sent once; it came on several lines',
+          'the x-api-key header is part of a rate limit key and must be sent once, as one value; it came on several lines or as a comma-separated list',
         header: 'x-api-key',
       });
       assert.equal(response.headers['ratelimit-policy'], undefined);

@@ -48,11 +48,11 @@ export function rawJson(
   };
 }
 
-/** The 400 of a request whose key header came on several lines (`repeatedKeyHeader`). */
+/** The 400 of a request whose key header came on several lines or as a list (`repeatedKeyHeader`). */
 export function repeatedHeaderBody(name: string): { error: string; message: string; header: string } {
   return {
     error: 'repeated_key_header',
-    message: `the ${name} header is part of a rate limit key and must be sent once; it came on several lines`,
+    message: `the ${name} header is part of a rate limit key and must be sent once, as one value; it came on several lines or as a comma-separated list`,
     header: name,
   };
 }
