@@ -74,8 +74,15 @@ export interface AggregatorOptions {
   hostExpiryMs?: number;
   /** A parent that failed is tried after healthy ones for this long. Default 5 intervals. */
   parentBackoffMs?: number;
-  /** Most hosts tracked; a new host past it is refused (ERR_SPILLWAY_CAPACITY_EXCEEDED). Default 10,000. */
+  /**
+   * Most hosts tracked. Past it, a new host whose address holds at least two fewer hosts than the
+   * fullest address takes the place of that address's longest-silent host (one machine inventing
+   * ids cannot lock the others out); otherwise it is refused (ERR_SPILLWAY_CAPACITY_EXCEEDED).
+   * Default 10,000.
+   */
   maxHosts?: number;
+  /** Most hosts one network address holds (a new one past it is refused). Default: no bound but `maxHosts`. */
+  maxHostsPerAddress?: number;
   /** Most bucket keys tracked; new keys past it are neither forwarded nor answered. Default 100,000. */
   maxBuckets?: number;
   /**
@@ -153,6 +160,8 @@ export function createAggregator(options: AggregatorOptions): Aggregator {
         maxHosts,
       }),
     usageOf: (entry, rates, nowMs) => sums.usageOf(entry, rates, nowMs),
+    sliceOf: (_request, context) => peerAddress(context.peer),
+    ...(options.maxHostsPerAddress !== undefined ? { maxChildrenPerSlice: options.maxHostsPerAddress } : {}),
   });
   const sums: ZoneSums = new ZoneSums(
     {
@@ -319,4 +328,13 @@ function checkTierAndZone(
       { field: 'zone', zone: request.zone.slice(0, 64) },
     );
   }
+}
+
+/** A transport's peer (`ipv4:10.0.0.7:51234`, `ipv6:[::1]:51234`, an in-memory name) without its port. */
+export function peerAddress(peer: string): string {
+  const bracket = peer.lastIndexOf(']');
+  if (bracket >= 0) return peer.slice(0, bracket + 1);
+  const colon = peer.lastIndexOf(':');
+  const port = peer.slice(colon + 1);
+  return colon > 0 && /^\d+$/.test(port) ? peer.slice(0, colon) : peer;
 }

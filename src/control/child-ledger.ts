@@ -1,5 +1,5 @@
 import type { Scheduler } from '../core/clock.js';
-import { isSpillwayError, type SpillwayError } from '../core/errors.js';
+import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import type { BucketUsage, ReportRequest, Tier } from '../gen/spillway/v1/control_pb.js';
 import { trustedHostCount } from '../protocol/trusted-host-count.js';
 import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
@@ -38,6 +38,8 @@ export interface Child<U> {
   usage: U[];
   /** Left out of the sums until then: the aggregator it came from still counts it. */
   countedElsewhereUntilMs: number;
+  /** The share of the table it is counted in (`ChildLedgerOptions.sliceOf`). */
+  slice: string;
 }
 
 /** What one report did to the ledger; the tier answers it. */
@@ -57,6 +59,11 @@ export interface ChildLedgerCounters {
   /** Refused reports by error code. */
   rejectedReports: Record<string, number>;
   expiredChildren: number;
+  /**
+   * Children forgotten to make room for a child of a slice holding fewer (`sliceOf`): the table
+   * was full, and one slice (a zone's token, say) held most of it.
+   */
+  evictedChildren: number;
   /** Children left out of the sums on (re)joining because another aggregator still counts them. */
   countedElsewhere: number;
   /** Usages scaled down by the reporter cap, by the child's tier. */
@@ -89,6 +96,15 @@ export interface ChildLedgerOptions<B, U extends TrackedUsage<B>> {
   /** The error that refuses a new child past `maxChildren`. */
   overCapacity: () => SpillwayError;
   /**
+   * The share of the table a new child is counted in: the zone of its token at the controller, so
+   * that one zone cannot fill the table for all. When the table is full, a new child whose slice
+   * holds at least two fewer children than the fullest slice takes the place of that slice's
+   * longest-silent child (max-min fair slots). Default: one slice for all.
+   */
+  sliceOf?: (request: ReportRequest, context: ReportContext) => string;
+  /** Most children one slice holds; a new one past it is refused. Default: no bound but `maxChildren`. */
+  maxChildrenPerSlice?: number;
+  /**
    * The tier's record of one bucket of an applied report, or undefined to leave the bucket out
    * (unknown, over capacity). `rates` is reused for every bucket: copy, do not keep it.
    */
@@ -107,6 +123,8 @@ export interface ChildLedgerOptions<B, U extends TrackedUsage<B>> {
 export class ChildLedger<B, U extends TrackedUsage<B>> {
   readonly #options: ChildLedgerOptions<B, U>;
   readonly #children = new Map<string, Child<U>>();
+  /** Children tracked per slice (`sliceOf`). */
+  readonly #sliceSizes = new Map<string, number>();
   /** Expired children's report timing, for a report of theirs that turns up late. */
   readonly #expiredArrivals: ExpiredReporterArrivals;
   /** Reused for every bucket of a report (see `usageOf`). */
@@ -117,6 +135,7 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
     lateReports: 0,
     rejectedReports: {},
     expiredChildren: 0,
+    evictedChildren: 0,
     countedElsewhere: 0,
     clippedUsages: {},
   };
@@ -158,10 +177,11 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
     // Counted in the sums until now, or (re)joining them.
     const wasCounted = child !== undefined && this.#withinGrace(child, nowMs);
     if (!child) {
-      if (this.#children.size >= this.#options.maxChildren) this.expire(nowMs);
-      if (this.#children.size >= this.#options.maxChildren) {
+      const slice = this.#options.sliceOf?.(request, context) ?? '';
+      const refusal = this.#makeRoom(slice, nowMs);
+      if (refusal !== undefined) {
         this.#expiredArrivals.remember(key, arrivals);
-        this.#refuse(this.#options.overCapacity());
+        this.#refuse(refusal);
       }
       child = {
         id: request.reporterId,
@@ -175,8 +195,10 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
         arrivals,
         usage: [],
         countedElsewhereUntilMs: Number.NEGATIVE_INFINITY,
+        slice,
       };
       this.#children.set(key, child);
+      this.#sliceSizes.set(slice, (this.#sliceSizes.get(slice) ?? 0) + 1);
     }
     this.counters.reports++;
     child.lastSeenMs = nowMs;
@@ -217,8 +239,7 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
     const expiryMs = this.#options.expiryMs();
     for (const [key, child] of this.#children) {
       if (nowMs - child.lastSeenMs > expiryMs) {
-        this.#children.delete(key);
-        this.#expiredArrivals.remember(key, child.arrivals);
+        this.#forget(key, child);
         this.counters.expiredChildren++;
       }
     }
@@ -264,6 +285,52 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
       this.counters.clippedUsages[name] = (this.counters.clippedUsages[name] ?? 0) + 1;
     }
     return scale;
+  }
+
+  /** Room for a new child of `slice`, or the error that refuses it. */
+  #makeRoom(slice: string, nowMs: number): SpillwayError | undefined {
+    const perSlice = this.#options.maxChildrenPerSlice;
+    const full = () =>
+      this.#children.size >= this.#options.maxChildren ||
+      (perSlice !== undefined && (this.#sliceSizes.get(slice) ?? 0) >= perSlice);
+    if (full()) this.expire(nowMs);
+    if (!full()) return undefined;
+    const held = this.#sliceSizes.get(slice) ?? 0;
+    if (perSlice !== undefined && held >= perSlice) {
+      return new SpillwayError(
+        ErrorCode.CapacityExceeded,
+        `${perSlice} children of ${slice === '' ? 'one slice' : `"${slice.slice(0, 64)}"`} are tracked already`,
+        { field: 'reporterId', maxChildrenPerSlice: perSlice },
+      );
+    }
+    let fullest: string | undefined;
+    let fullestSize = 0;
+    for (const [candidate, size] of this.#sliceSizes) {
+      if (size > fullestSize) {
+        fullest = candidate;
+        fullestSize = size;
+      }
+    }
+    if (fullest === undefined || fullestSize < held + 2) return this.#options.overCapacity();
+    let victimKey: string | undefined;
+    let victim: Child<U> | undefined;
+    for (const [key, child] of this.#children) {
+      if (child.slice === fullest && (victim === undefined || child.lastSeenMs < victim.lastSeenMs)) {
+        victimKey = key;
+        victim = child;
+      }
+    }
+    this.#forget(victimKey!, victim!);
+    this.counters.evictedChildren++;
+    return undefined;
+  }
+
+  #forget(key: string, child: Child<U>): void {
+    this.#children.delete(key);
+    this.#expiredArrivals.remember(key, child.arrivals);
+    const left = (this.#sliceSizes.get(child.slice) ?? 1) - 1;
+    if (left > 0) this.#sliceSizes.set(child.slice, left);
+    else this.#sliceSizes.delete(child.slice);
   }
 
   #withinGrace(child: Child<U>, nowMs: number): boolean {

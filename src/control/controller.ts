@@ -52,8 +52,15 @@ export interface ControllerOptions {
   bucketExpiryMs?: number;
   /** Most buckets tracked; new keys past it get no directive and are counted. Default 200,000. */
   maxBuckets?: number;
-  /** Most children tracked; a new child past it is refused (ERR_SPILLWAY_CAPACITY_EXCEEDED). Default 10,000. */
+  /**
+   * Most children tracked. Past it, a new child whose zone (its token's zone, else the zone it
+   * claims) holds at least two fewer children than the fullest zone takes the place of that zone's
+   * longest-silent child, so one zone cannot lock the others out; otherwise it is refused
+   * (ERR_SPILLWAY_CAPACITY_EXCEEDED). Default 10,000.
+   */
   maxChildren?: number;
+  /** Most children one zone holds (a new one past it is refused). Default: no bound but `maxChildren`. */
+  maxChildrenPerZone?: number;
   /** How many distinct unknown bucket keys the snapshot lists (the count is exact). Default 64. */
   maxUnknownKeys?: number;
   reportLimits?: ReportLimits;
@@ -160,6 +167,8 @@ export function createController(options: ControllerOptions): Controller {
       );
     },
     usageOf: (entry, rates, nowMs) => buckets.usageOf(entry, rates, nowMs),
+    sliceOf: (request, context) => context.tokenZone ?? request.zone,
+    ...(options.maxChildrenPerZone !== undefined ? { maxChildrenPerSlice: options.maxChildrenPerZone } : {}),
   });
   const ratios: RatioGroups = new RatioGroups({
     epoch: epochBig,
