@@ -13,6 +13,7 @@
 // Contenders run round-robin within each round, each round with fresh keys, so noise and Redis state
 // growth fall on all of them alike. Reported figures are medians over rounds.
 //
+// Needs: redis-server
 // Run: node --import tsx --expose-gc bench/redis.bench.ts
 // Env: BENCH_ROUNDS (default 5), BENCH_LATENCY_CALLS (20000), BENCH_CALLS (100000),
 //      BENCH_WARMUP_CALLS (5000), BENCH_IN_FLIGHT (100), BENCH_KEYS (1000);
