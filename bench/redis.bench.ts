@@ -314,6 +314,7 @@ async function measureCallPath(): Promise<{ inFlight: number; cpuNsPerCall: numb
 }
 
 async function main(): Promise<void> {
+  const loadAverage1mAtStart = os.loadavg()[0] ?? 0;
   const server = await startRedis();
   // Ctrl-C must not leave the private redis-server running.
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -436,6 +437,7 @@ async function main(): Promise<void> {
       rateLimiterFlexible: version('rate-limiter-flexible'),
       platform: `${os.type()} ${os.release()} ${os.arch()}`,
       cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+      loadAverage1mAtStart,
       loadAverage1m: os.loadavg()[0] ?? 0,
       command: COMMAND,
       commit: sourceCommit(),
@@ -495,7 +497,7 @@ async function main(): Promise<void> {
     const md = [
       '# Redis limiters vs rate-limiter-flexible',
       '',
-      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu} · load average ${n(meta.loadAverage1m, 1)} at the end`,
+      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu} · load average ${n(meta.loadAverage1mAtStart, 1)} at the start, ${n(meta.loadAverage1m, 1)} at the end on ${os.cpus().length} CPUs`,
       '',
       `Reproduce: \`${reproduce(COMMAND)}\` (${ROUNDS} rounds after warmup, contenders round-robin, medians over rounds).`,
       'One private redis-server on loopback, no persistence; each contender has its own ioredis',
