@@ -13,8 +13,14 @@
 // adjacent windows, median over pairs. Background work (timers, the global backend's reports every
 // second) is taken out of each window at the idle rate measured before and after the pairs.
 //
+// Needs: valgrind, callgrind_control, redis-server
 // Run: node --import tsx bench/edge-instructions.bench.ts (needs valgrind; builds dist/ first).
 // Env: BENCH_REQUESTS (2000 per window), BENCH_PAIRS (6), BENCH_CASES (ids, comma-separated; default all). Writes bench/results/edge-instructions.{md,json}.
+//      BENCH_SMOKE=1: one pair of 20-request windows per case; only the first case's proxy runs
+//      under callgrind, counting from its first window (valgrind starts a node four times faster
+//      so), the others natively, uncounted (a node under valgrind costs ~10 s of CPU, their rules
+//      and paths are what differs); dist/ as it is when built (npm test builds it first); nothing
+//      written (bench/smoke.ts).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
@@ -24,15 +30,16 @@ import { readListening } from '../test/integration/spillway-process.js';
 import { proxyRules, runOkUpstream } from './http-probes.js';
 import { median } from './paired-stats.js';
 import { benchEnv, sourceCommit } from './provenance.js';
+import { benchSetting, inTurn, SMOKE, smokeCheck, writeResultsFile } from './smoke.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 const COMMAND = 'node --import tsx bench/edge-instructions.bench.ts';
-const REQUESTS = Number(process.env.BENCH_REQUESTS ?? 2000);
-const PAIRS = Number(process.env.BENCH_PAIRS ?? 6);
-const IDLE_S = 5;
+const REQUESTS = benchSetting('BENCH_REQUESTS', 2000, 20);
+const PAIRS = benchSetting('BENCH_PAIRS', 6, 1);
+const IDLE_S = SMOKE ? 0.2 : 5;
 /** Per path, before anything is counted: until the hot code is optimized (single-threaded V8 compiles on the main thread). */
-const WARMUP_REQUESTS = 8000;
+const WARMUP_REQUESTS = SMOKE ? 20 : 8000;
 /** Requests in flight at once: enough to keep the (slow, instrumented) proxy busy, few enough that nothing queues long. */
 const CONCURRENCY = 4;
 const HIGH_LIMIT = 1_000_000_000;
@@ -120,34 +127,38 @@ async function startNative(name: string, args: string[]): Promise<Record<string,
   return readListening(name, child, [], 60_000);
 }
 
-/** A proxy under callgrind. valgrind execs the tool in place: the child's pid is the counted process. */
+/**
+ * A proxy under callgrind. valgrind execs the tool in place: the child's pid is the counted process.
+ * Uncounted (a smoke run's cases after the first), the proxy runs natively and outFile is undefined.
+ */
 async function startCounted(
   id: string,
   rulesPath: string,
   outDir: string,
-): Promise<{ child: ChildProcess; pid: number; origin: string; outFile: string }> {
-  const outFile = join(outDir, `${id}.callgrind`);
-  const child = spawn(
-    'valgrind',
-    [
-      '--tool=callgrind',
-      `--callgrind-out-file=${outFile}`,
-      // Totals are all this reads: no per-instruction or per-line data.
-      '--dump-instr=no',
-      '--dump-line=no',
-      process.execPath,
-      // No V8 helper threads (concurrent compilation, parallel GC): valgrind runs one thread at a
-      // time, so a thread spinning while it waits for another burns instructions in proportion to
-      // wall time, and the counts would move with the machine's load.
-      '--single-threaded',
-      ENTRY,
-      'proxy',
-      '--config',
-      rulesPath,
-      ...QUIET_LOOPBACK,
-    ],
-    { cwd: ROOT, stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, NODE_OPTIONS: '' } },
-  );
+  counting: boolean,
+): Promise<{ child: ChildProcess; pid: number; origin: string; outFile: string | undefined }> {
+  const outFile = counting ? join(outDir, `${id}.callgrind`) : undefined;
+  const proxyArgs = [ENTRY, 'proxy', '--config', rulesPath, ...QUIET_LOOPBACK];
+  const valgrindArgs = [
+    '--tool=callgrind',
+    `--callgrind-out-file=${outFile}`,
+    // Counting is switched on before the first counted window (countFromNow).
+    ...(SMOKE ? ['--instr-atstart=no'] : []),
+    // Totals are all this reads: no per-instruction or per-line data.
+    '--dump-instr=no',
+    '--dump-line=no',
+    process.execPath,
+    // No V8 helper threads (concurrent compilation, parallel GC): valgrind runs one thread at a
+    // time, so a thread spinning while it waits for another burns instructions in proportion to
+    // wall time, and the counts would move with the machine's load.
+    '--single-threaded',
+    ...proxyArgs,
+  ];
+  const child = spawn(counting ? 'valgrind' : process.execPath, counting ? valgrindArgs : proxyArgs, {
+    cwd: ROOT,
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, NODE_OPTIONS: '' },
+  });
   children.push(child);
   const listening = await readListening(id, child, [], 300_000);
   const address = listening.proxy;
@@ -155,9 +166,12 @@ async function startCounted(
   return { child, pid: child.pid!, origin: `http://${address}`, outFile };
 }
 
-function callgrindControl(flag: '-z' | '-d', pid: number): void {
-  const r = spawnSync('callgrind_control', [flag, String(pid)], { encoding: 'utf8', timeout: 120_000 });
-  if (r.status !== 0) throw new Error(`callgrind_control ${flag} ${pid} failed: ${r.stderr || r.stdout}`);
+function callgrindControl(flags: '-z' | '-d' | '-i on', pid: number): void {
+  const r = spawnSync('callgrind_control', [...flags.split(' '), String(pid)], {
+    encoding: 'utf8',
+    timeout: 120_000,
+  });
+  if (r.status !== 0) throw new Error(`callgrind_control ${flags} ${pid} failed: ${r.stderr || r.stdout}`);
 }
 
 /** The instruction total of dump number `n` of `outFile` (callgrind writes `<file>.<n>` per dump). */
@@ -198,24 +212,27 @@ interface CaseResult {
   idlePerSecond: number;
 }
 
-async function measureCase(spec: CaseSpec, env: Env, dir: string): Promise<CaseResult> {
+/** `counting` false: a smoke run's uncounted case (startCounted); its instructions are NaN. */
+async function measureCase(spec: CaseSpec, env: Env, dir: string, counting: boolean): Promise<CaseResult> {
   const rulesPath = join(dir, `${spec.id}.yaml`);
   writeFileSync(rulesPath, rulesFor(spec, env));
-  const proxy = await startCounted(spec.id, rulesPath, dir);
+  const proxy = await startCounted(spec.id, rulesPath, dir, counting);
+  const { outFile } = proxy;
   let dumps = 0;
   const counted = async <T>(
     work: () => Promise<T>,
   ): Promise<{ value: T; instructions: number; seconds: number }> => {
-    callgrindControl('-z', proxy.pid);
+    if (outFile !== undefined) callgrindControl('-z', proxy.pid);
     const started = performance.now();
     const value = await work();
-    callgrindControl('-d', proxy.pid);
+    if (outFile !== undefined) callgrindControl('-d', proxy.pid);
     const seconds = (performance.now() - started) / 1000;
-    return { value, instructions: dumpTotal(proxy.outFile, ++dumps), seconds };
+    return { value, instructions: outFile === undefined ? Number.NaN : dumpTotal(outFile, ++dumps), seconds };
   };
   try {
     await send(proxy.origin, '/free/warmup', WARMUP_REQUESTS);
     await send(proxy.origin, '/limited/warmup', WARMUP_REQUESTS);
+    if (SMOKE && outFile !== undefined) callgrindControl('-i on', proxy.pid);
     const idle = () => counted(() => new Promise((resolve) => setTimeout(resolve, IDLE_S * 1000)));
     const idleBefore = await idle();
     const windows: Window[] = [];
@@ -255,10 +272,14 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   // The proxies run from dist/ (tsx under valgrind would count its own work): build what is measured.
-  const build = spawnSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'inherit' });
-  if (build.status !== 0 || !existsSync(ENTRY)) {
-    console.error('`npm run build` failed: nothing measured');
-    process.exit(1);
+  // A smoke run uses dist/ as built: `npm test` builds it first, and rebuilding it here would
+  // rewrite files that tests running beside this one load.
+  if (!SMOKE || !existsSync(ENTRY)) {
+    const build = spawnSync('npm', ['run', 'build'], { cwd: ROOT, stdio: 'inherit' });
+    if (build.status !== 0 || !existsSync(ENTRY)) {
+      console.error('`npm run build` failed: nothing measured');
+      process.exit(1);
+    }
   }
   const only = process.env.BENCH_CASES?.split(',').filter((id) => id.length > 0);
   const selected = CASES.filter((c) => only === undefined || only.includes(c.id));
@@ -296,7 +317,9 @@ async function main(): Promise<void> {
       aggregator: String(aggregator.grpc),
       redis: `127.0.0.1:${redis.port}`,
     };
-    for (const spec of selected) results.set(spec.id, await measureCase(spec, env, dir));
+    await inTurn(selected, async (spec) => {
+      results.set(spec.id, await measureCase(spec, env, dir, !SMOKE || spec === selected[0]));
+    });
   } finally {
     stop();
     await redis.stop();
@@ -333,6 +356,13 @@ async function main(): Promise<void> {
       pairs,
     };
   });
+  for (const r of rows) {
+    smokeCheck(r.failures === 0, `${r.id}: ${r.failures} requests failed`);
+    smokeCheck(
+      r.id !== selected[0]?.id || results.get(r.id)!.windows.every((w) => w.instructions > 0),
+      `${r.id}: a window counted no instructions`,
+    );
+  }
   const lines = [
     '# Edge cost in instructions: what a decision adds to a proxied request',
     '',
@@ -375,12 +405,12 @@ async function main(): Promise<void> {
     '',
   ];
   const resultsDir = join(ROOT, 'bench/results');
-  writeFileSync(join(resultsDir, 'edge-instructions.md'), lines.join('\n'));
-  writeFileSync(
+  process.stdout.write(`${lines.join('\n')}\n`);
+  writeResultsFile(join(resultsDir, 'edge-instructions.md'), lines.join('\n'));
+  writeResultsFile(
     join(resultsDir, 'edge-instructions.json'),
-    `${JSON.stringify({ startedAt, node: process.version, valgrind: valgrindVersion, requests: REQUESTS, rows }, null, 2)}\n`,
+    `${JSON.stringify({ startedAt, command: `${benchEnv()}${COMMAND}`, commit: sourceCommit(ROOT), node: process.version, valgrind: valgrindVersion, requests: REQUESTS, rows }, null, 2)}\n`,
   );
-  process.stdout.write(`${lines.join('\n')}\nwrote bench/results/edge-instructions.md\n`);
 }
 
 if (process.argv[2] === 'upstream') await runOkUpstream();

@@ -29,6 +29,7 @@
 // Cases run round-robin in each round, each round starting one case later; reported figures are
 // medians over rounds.
 //
+// Needs: redis-server
 // Run: node --import tsx --expose-gc bench/edge.bench.ts
 // Env: BENCH_ROUNDS (3), BENCH_DURATION_S (15), BENCH_MAX_DURATION_S (4), BENCH_WARMUP_S (3),
 //      BENCH_RATE (1000 requests/s), BENCH_CONNECTIONS (50), BENCH_OVER_LIMIT_RPS (500),
@@ -39,9 +40,13 @@
 //      BENCH_PAIRED_ROUNDS (rounds of paired runs, default BENCH_ROUNDS),
 //      BENCH_CASES (comma-separated case ids to run, e.g. proxy-bare,proxy-global; default all),
 //      BENCH_PIN (1: pin processes to CPUs, see CPU placement; default off),
-//      BENCH_OUT (results file name under bench/results/, default edge).
+//      BENCH_OUT (results file name under bench/results/, default edge);
+//      BENCH_SMOKE=1: every case and pair once for a fraction of a second (but the A/A controls'
+//      second processes, SMOKE_SKIPPED), the first pair on fresh processes, processes started and
+//      per-case runs four at a time, the load generators spawned once each and then run in this
+//      process, the in-process contenders in one process; nothing written (bench/smoke.ts).
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process';
-import { existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import http from 'node:http';
 import { createRequire } from 'node:module';
 import type { AddressInfo } from 'node:net';
@@ -60,17 +65,18 @@ import {
   type SparseHistogram,
 } from './paired-stats.js';
 import { benchEnv, sourceCommit } from './provenance.js';
+import { benchSetting, inTurn, SMOKE, smokeCheck, writeResultsFile } from './smoke.js';
 import { unpairedTargetsSection } from './unpaired-targets.js';
 
 const ROOT = fileURLToPath(new URL('..', import.meta.url));
 const SELF = fileURLToPath(import.meta.url);
 const COMMAND = 'node --import tsx --expose-gc bench/edge.bench.ts';
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 3);
-const DURATION_S = Number(process.env.BENCH_DURATION_S ?? 15);
-const MAX_DURATION_S = Number(process.env.BENCH_MAX_DURATION_S ?? 4);
-const WARMUP_S = Number(process.env.BENCH_WARMUP_S ?? 3);
+const ROUNDS = benchSetting('BENCH_ROUNDS', 3, 1);
+const DURATION_S = benchSetting('BENCH_DURATION_S', 15, 0.1);
+const MAX_DURATION_S = benchSetting('BENCH_MAX_DURATION_S', 4, 0.1);
+const WARMUP_S = benchSetting('BENCH_WARMUP_S', 3, 0);
 const RATE = Number(process.env.BENCH_RATE ?? 1000);
-const CONNECTIONS = Number(process.env.BENCH_CONNECTIONS ?? 50);
+const CONNECTIONS = benchSetting('BENCH_CONNECTIONS', 50, 8);
 const OVER_LIMIT_RPS = Number(process.env.BENCH_OVER_LIMIT_RPS ?? 500);
 /**
  * Per side in the paired proxy comparisons. Default BENCH_RATE: the pair then puts twice one case's
@@ -105,7 +111,7 @@ const REMOTE_REDIS_DELAY_MS = Number(process.env.BENCH_REMOTE_REDIS_DELAY_MS ?? 
  * across a switch (a few ms of 250) are all that overlap.
  */
 type PairMode = 'interleaved' | 'sliced';
-const SLICE_MS = Number(process.env.BENCH_SLICE_MS ?? 250);
+const SLICE_MS = benchSetting('BENCH_SLICE_MS', 250, 50);
 /** The pairs whose ratios are the targets (see "paired runs" in main). */
 const TARGET_PAIRS: [string, string, PairMode?][] = [
   // A/A control: two identical bare proxies. What this comparison reports when nothing differs is
@@ -153,7 +159,7 @@ function pairKey(a: string, b: string, mode: PairMode = 'interleaved'): string {
   return mode === 'sliced' ? `${a}|${b}|sliced` : `${a}|${b}`;
 }
 const PAIRED_ROUNDS = Number(process.env.BENCH_PAIRED_ROUNDS ?? ROUNDS);
-const PAIRED_WARMUP_S = 2;
+const PAIRED_WARMUP_S = SMOKE ? 0 : 2;
 /**
  * BENCH_FRESH_PAIRS (default 1): each paired run starts its two processes afresh. With one process
  * per case for the whole run, two identical bare proxies differed by ~5% at p99 with sides
@@ -163,8 +169,13 @@ const PAIRED_WARMUP_S = 2;
  * the processes of the per-case runs (as before 2026-12-01 13:00).
  */
 const FRESH_PAIRS = process.env.BENCH_FRESH_PAIRS !== '0';
+/**
+ * Cases a smoke run does not start: second processes started exactly as another case's (the A/A
+ * controls), which add a process start and their pairs but no path.
+ */
+const SMOKE_SKIPPED = ['proxy-bare-twin', 'express-headers-twin'];
 /** A fresh process's warmup in a paired run: its JIT compiles the request path in these seconds. */
-const FRESH_PAIRED_WARMUP_S = 5;
+const FRESH_PAIRED_WARMUP_S = SMOKE ? 0 : 5;
 /** Most connections the open-loop generator opens to a case (one request in flight on each). */
 const OPEN_LOOP_CONNECTIONS = 256;
 
@@ -386,7 +397,7 @@ type Autocannon = (
  * autocannon in this process, closed loop: BENCH_CONNECTIONS connections, each sending its next
  * request when the last is answered (the throughput run). Each response's latency kept by status.
  */
-async function runLoadgen(argv: string[]): Promise<void> {
+async function runLoadgen(argv: string[]): Promise<LoadResult> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -428,7 +439,7 @@ async function runLoadgen(argv: string[]): Promise<void> {
     latency2xx: summarize(ok),
     latency429: summarize(limited),
   };
-  process.stdout.write(`${JSON.stringify(out)}\n`);
+  return out;
 }
 
 /**
@@ -442,7 +453,7 @@ async function runLoadgen(argv: string[]): Promise<void> {
  * "1,000 req/s" is a 1,000-request burst per second and its latencies measure queueing in the
  * burst, not what a request costs.
  */
-async function runOpenLoop(argv: string[]): Promise<void> {
+async function runOpenLoop(argv: string[]): Promise<LoadResult[]> {
   const { values } = parseArgs({
     args: argv,
     options: {
@@ -548,7 +559,7 @@ async function runOpenLoop(argv: string[]): Promise<void> {
       histogram2xx: histogramOf(t.ok),
     };
   });
-  process.stdout.write(`${JSON.stringify(results)}\n`);
+  return results;
 }
 
 function summarize(latenciesMs: number[]): LatencySummary {
@@ -693,8 +704,23 @@ async function openLoop(
   return JSON.parse(output) as LoadResult[];
 }
 
-/** Runs this file in a load-generator role on the shared CPUs; resolves with its last stdout line. */
+/** The load-generator roles, by name: each answers with what its process prints (one JSON line). */
+const generatorRoles: Record<string, (argv: string[]) => Promise<LoadResult | LoadResult[]>> = {
+  loadgen: runLoadgen,
+  openloop: runOpenLoop,
+};
+/** Roles a smoke run has spawned once: after that it runs them in this process (see runLoadProcess). */
+const spawnedRoles = new Set<string>();
+
+/**
+ * Runs this file in a load-generator role on the shared CPUs; resolves with its last stdout line.
+ * A smoke run spawns each role once and then runs it in this process: a process start takes
+ * longer than a smoke run's load, and a full run's per-case and paired runs spawn over a hundred.
+ */
 async function runLoadProcess(args: string[]): Promise<string> {
+  const [role = '', ...argv] = args;
+  if (SMOKE && spawnedRoles.has(role)) return JSON.stringify(await generatorRoles[role]!(argv));
+  spawnedRoles.add(role);
   const child = spawnPinned(['--import', 'tsx', SELF, ...args], SHARED_CPUS, ['ignore', 'pipe', 'inherit']);
   let stdout = '';
   child.stdout!.on('data', (chunk: Buffer) => {
@@ -817,7 +843,7 @@ async function runStallProbe(seconds: number): Promise<void> {
 }
 
 /** The stall probe on the case CPU and on the shared CPU at once, nothing else running. */
-async function machineStalls(seconds = 10): Promise<MachineStalls[]> {
+async function machineStalls(seconds = SMOKE ? 0.2 : 10): Promise<MachineStalls[]> {
   const placements = PINNING ? [CASE_CPUS, SHARED_CPUS] : ['any'];
   return Promise.all(
     placements.map(async (cpus) => {
@@ -849,8 +875,11 @@ interface InProcessRow {
  */
 async function inProcess(): Promise<InProcessRow[]> {
   const rows: InProcessRow[] = [];
-  for (let index = 0; index < IN_PROCESS_CONTENDERS; index++) {
-    const child = spawn(process.execPath, ['--import', 'tsx', SELF, 'inprocess', String(index)], {
+  const indexes = Array.from({ length: IN_PROCESS_CONTENDERS }, (_, index) => index);
+  // A smoke run, which times nothing, runs them all in one process.
+  const groups = SMOKE ? [indexes] : indexes.map((index) => [index]);
+  await inTurn(groups, async (group) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', SELF, 'inprocess', group.join(',')], {
       cwd: ROOT,
       stdio: ['ignore', 'pipe', 'inherit'],
       env: { ...process.env, NODE_OPTIONS: '' },
@@ -860,15 +889,19 @@ async function inProcess(): Promise<InProcessRow[]> {
       stdout += chunk.toString();
     });
     const code = await new Promise<number | null>((resolve) => child.once('exit', resolve));
-    if (code !== 0) throw new Error(`inprocess ${index} exited ${code}`);
-    rows.push(JSON.parse(stdout.trim().split('\n').at(-1)!) as InProcessRow);
-  }
+    if (code !== 0) throw new Error(`inprocess ${group.join(',')} exited ${code}`);
+    const lines = stdout.trim().split('\n').slice(-group.length);
+    group.forEach((index, i) => {
+      rows[index] = JSON.parse(lines[i]!) as InProcessRow;
+    });
+  });
   return rows;
 }
 
 const IN_PROCESS_CONTENDERS = 5;
 
-async function runInProcess(index: number): Promise<void> {
+/** The `inprocess` role: one row (a JSON line) per contender index, in the order given. */
+async function runInProcess(indexes: number[]): Promise<void> {
   const { createGlobalLimiter } = await import('../src/global/index.js');
   const { createKeyedTokenBucket } = await import('../src/local/index.js');
   const { expressRateLimit } = await import('../src/http/express/rate-limit.js');
@@ -900,22 +933,24 @@ async function runInProcess(index: number): Promise<void> {
     ['fastify, global limiter, key () => "edge"', fastify({ limiter: global, policy, key: () => 'edge' })],
   ];
   if (contenders.length !== IN_PROCESS_CONTENDERS) throw new Error('IN_PROCESS_CONTENDERS is out of date');
-  const [name, run] = contenders[index]!;
-  const calls = 1_000_000;
-  let sink = 0;
-  const next = () => {
-    sink++;
-  };
-  for (let i = 0; i < 100_000; i++) run(next);
-  const samples: number[] = [];
-  for (let round = 0; round < 5; round++) {
-    const start = process.hrtime.bigint();
-    for (let i = 0; i < calls; i++) run(next);
-    samples.push(Number(process.hrtime.bigint() - start) / calls);
+  const calls = SMOKE ? 1_000 : 1_000_000;
+  for (const index of indexes) {
+    const [name, run] = contenders[index]!;
+    let sink = 0;
+    const next = () => {
+      sink++;
+    };
+    for (let i = 0; i < calls / 10; i++) run(next);
+    const samples: number[] = [];
+    for (let round = 0; round < (SMOKE ? 1 : 5); round++) {
+      const start = process.hrtime.bigint();
+      for (let i = 0; i < calls; i++) run(next);
+      samples.push(Number(process.hrtime.bigint() - start) / calls);
+    }
+    if (sink === 0) throw new Error('unreachable');
+    const row: InProcessRow = { name, nsPerCall: median(samples) };
+    process.stdout.write(`${JSON.stringify(row)}\n`);
   }
-  if (sink === 0) throw new Error('unreachable');
-  const row: InProcessRow = { name, nsPerCall: median(samples) };
-  process.stdout.write(`${JSON.stringify(row)}\n`);
   process.exit(0);
 }
 
@@ -984,8 +1019,9 @@ async function main(): Promise<void> {
     // BENCH_CASES: processes serving none of the selected cases are not started (idle, a global
     // backend still reports every second: CPU taken from the cases measured).
     const only = process.env.BENCH_CASES?.split(',').filter((id) => id.length > 0);
-    const notSelected = (routes: readonly { id: string }[]) =>
-      only !== undefined && !routes.some((r) => only.includes(r.id));
+    const selected = (id: string) =>
+      (only === undefined || only.includes(id)) && !(SMOKE && SMOKE_SKIPPED.includes(id));
+    const notSelected = (routes: readonly { id: string }[]) => !routes.some((r) => selected(r.id));
     const cases: Case[] = [
       {
         id: 'upstream',
@@ -1001,7 +1037,7 @@ async function main(): Promise<void> {
     type Route = { id: string; label: string; path: string; urlPath: string };
     /**
      * Starts one process serving `routes` (each a case at `httpAddress(listening)` + its path) and
-     * adds the cases, restartable: paired runs start each pair on fresh processes (FRESH_PAIRS).
+     * returns the cases, restartable: paired runs start each pair on fresh processes (FRESH_PAIRS).
      */
     const serveCases = async (
       name: string,
@@ -1009,7 +1045,7 @@ async function main(): Promise<void> {
       routes: Route[],
       overLimit: boolean,
       httpAddress: (listening: Record<string, unknown>) => string,
-    ) => {
+    ): Promise<Case[]> => {
       const served: Case[] = routes.map((r) => ({ id: r.id, label: r.label, path: r.path, overLimit }));
       const start = async () => {
         const running = await startProcess(name, args, { cpus: CASE_CPUS });
@@ -1024,25 +1060,24 @@ async function main(): Promise<void> {
         await stopProcess(running);
         running = await start();
       };
-      for (const c of served) {
-        c.restart = restart;
-        cases.push(c);
-      }
+      for (const c of served) c.restart = restart;
+      return served;
     };
     /** One proxy process serving `routes`, each a case; `name` names its process and rules file. */
-    const proxyProcessCases = async (name: string, rules: string, routes: Route[], overLimit = false) => {
-      if (notSelected(routes)) {
-        for (const r of routes) cases.push({ ...r, overLimit });
-        return;
-      }
+    const proxyProcessCases = async (
+      name: string,
+      rules: string,
+      routes: Route[],
+      overLimit = false,
+    ): Promise<Case[]> => {
+      if (notSelected(routes)) return routes.map((r) => ({ ...r, overLimit }));
       if (!proxyReady) {
-        for (const r of routes) cases.push({ ...r, missing: 'src/cli/proxy.ts not in this tree', overLimit });
-        return;
+        return routes.map((r) => ({ ...r, missing: 'src/cli/proxy.ts not in this tree', overLimit }));
       }
       const rulesPath = join(dir, `${name}.yaml`);
       writeFileSync(rulesPath, rules);
       try {
-        await serveCases(
+        return await serveCases(
           name,
           spillwayArgs([
             'proxy',
@@ -1061,86 +1096,100 @@ async function main(): Promise<void> {
         );
       } catch (error) {
         const missing = String(error).split('\n').slice(0, 6).join(' ');
-        for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, missing, overLimit });
+        return routes.map((r) => ({ id: r.id, label: r.label, path: r.path, missing, overLimit }));
       }
     };
     const proxyCase = (id: string, label: string, path: string, rules: string, overLimit = false) =>
       proxyProcessCases(id, rules, [{ id, label, path, urlPath: '/' }], overLimit);
+    /** Each process's start, in the order its cases are listed; inTurn runs them. */
+    const starts: (() => Promise<Case[]>)[] = [];
     const globalBackend = ['kind: global', `aggregators: ["${aggregatorAddress}"]`, 'zone: z1'];
-    await proxyCase(
-      'proxy-bare',
-      'spillway proxy, no buckets',
-      'loadgen → proxy (rules with no buckets) → upstream',
-      proxyRules(upstreamAddress, ['kind: local'], []),
+    starts.push(() =>
+      proxyCase(
+        'proxy-bare',
+        'spillway proxy, no buckets',
+        'loadgen → proxy (rules with no buckets) → upstream',
+        proxyRules(upstreamAddress, ['kind: local'], []),
+      ),
     );
-    await proxyCase(
-      'proxy-bare-twin',
-      'spillway proxy, no buckets (a second process: the A/A control)',
-      'loadgen → a second, identical bare proxy → upstream',
-      proxyRules(upstreamAddress, ['kind: local'], []),
+    starts.push(() =>
+      proxyCase(
+        'proxy-bare-twin',
+        'spillway proxy, no buckets (a second process: the A/A control)',
+        'loadgen → a second, identical bare proxy → upstream',
+        proxyRules(upstreamAddress, ['kind: local'], []),
+      ),
     );
-    await proxyCase(
-      'proxy-global',
-      'spillway proxy + global',
-      'loadgen → proxy (global backend, one bucket, decided in process) → upstream',
-      proxyRules(upstreamAddress, globalBackend, proxyBucket('edge', HIGH_LIMIT, 1)),
+    starts.push(() =>
+      proxyCase(
+        'proxy-global',
+        'spillway proxy + global',
+        'loadgen → proxy (global backend, one bucket, decided in process) → upstream',
+        proxyRules(upstreamAddress, globalBackend, proxyBucket('edge', HIGH_LIMIT, 1)),
+      ),
     );
     // One proxy process, a global bucket on /limited/ only: requests to /free/ are matched against
     // the rules and forwarded, those to /limited/ are also decided. Paired, the two paths share the
     // process's scheduling, JIT, heap and garbage collections, so their difference is the decision
     // alone (the global backend's reporting runs in the same process and lands on both paths).
-    await proxyProcessCases(
-      'proxy-split',
-      proxyRules(upstreamAddress, globalBackend, [
-        ...proxyBucket('edge', HIGH_LIMIT, 1),
-        '  match:',
-        '    prefix: /limited',
-      ]),
-      [
-        {
-          id: 'proxy-split-limited',
-          label: 'spillway proxy + global, one process: path with the bucket',
-          path: 'loadgen → proxy (global backend; /limited/ matches the bucket and is decided) → upstream',
-          urlPath: '/limited/',
-        },
-        {
-          id: 'proxy-split-free',
-          label: 'spillway proxy + global, one process: path without a bucket',
-          path: 'loadgen → the same proxy process (/free/ matches no bucket: forwarded only) → upstream',
-          urlPath: '/free/',
-        },
-        {
-          id: 'proxy-split-free-twin',
-          label: 'spillway proxy + global, one process: a second path without a bucket (A/A control)',
-          path: 'loadgen → the same proxy process (/free/twin/, no bucket either) → upstream',
-          urlPath: '/free/twin/',
-        },
-      ],
+    starts.push(() =>
+      proxyProcessCases(
+        'proxy-split',
+        proxyRules(upstreamAddress, globalBackend, [
+          ...proxyBucket('edge', HIGH_LIMIT, 1),
+          '  match:',
+          '    prefix: /limited',
+        ]),
+        [
+          {
+            id: 'proxy-split-limited',
+            label: 'spillway proxy + global, one process: path with the bucket',
+            path: 'loadgen → proxy (global backend; /limited/ matches the bucket and is decided) → upstream',
+            urlPath: '/limited/',
+          },
+          {
+            id: 'proxy-split-free',
+            label: 'spillway proxy + global, one process: path without a bucket',
+            path: 'loadgen → the same proxy process (/free/ matches no bucket: forwarded only) → upstream',
+            urlPath: '/free/',
+          },
+          {
+            id: 'proxy-split-free-twin',
+            label: 'spillway proxy + global, one process: a second path without a bucket (A/A control)',
+            path: 'loadgen → the same proxy process (/free/twin/, no bucket either) → upstream',
+            urlPath: '/free/twin/',
+          },
+        ],
+      ),
     );
-    await proxyCase(
-      'proxy-redis',
-      'spillway proxy + Redis sliding window',
-      'loadgen → proxy (Redis sliding-counter per client address, one EVALSHA per request) → upstream',
-      proxyRules(
-        upstreamAddress,
-        ['kind: redis', `url: redis://${redisAddress}`, 'algorithm: sliding-counter', 'timeoutMs: 100'],
-        proxyBucket('edge', HIGH_LIMIT, REDIS_WINDOW_SEC, 'edge:{client}'),
+    starts.push(() =>
+      proxyCase(
+        'proxy-redis',
+        'spillway proxy + Redis sliding window',
+        'loadgen → proxy (Redis sliding-counter per client address, one EVALSHA per request) → upstream',
+        proxyRules(
+          upstreamAddress,
+          ['kind: redis', `url: redis://${redisAddress}`, 'algorithm: sliding-counter', 'timeoutMs: 100'],
+          proxyBucket('edge', HIGH_LIMIT, REDIS_WINDOW_SEC, 'edge:{client}'),
+        ),
       ),
     );
 
-    await proxyCase(
-      'proxy-redis-remote',
-      `spillway proxy + Redis sliding window, Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
-      `loadgen → proxy (as proxy + Redis, through a relay adding ${REMOTE_REDIS_DELAY_MS} ms each way) → upstream`,
-      proxyRules(
-        upstreamAddress,
-        [
-          'kind: redis',
-          `url: redis://${remoteRedis.address}`,
-          'algorithm: sliding-counter',
-          'timeoutMs: 100',
-        ],
-        proxyBucket('edge', HIGH_LIMIT, REDIS_WINDOW_SEC, 'edge:{client}'),
+    starts.push(() =>
+      proxyCase(
+        'proxy-redis-remote',
+        `spillway proxy + Redis sliding window, Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
+        `loadgen → proxy (as proxy + Redis, through a relay adding ${REMOTE_REDIS_DELAY_MS} ms each way) → upstream`,
+        proxyRules(
+          upstreamAddress,
+          [
+            'kind: redis',
+            `url: redis://${remoteRedis.address}`,
+            'algorithm: sliding-counter',
+            'timeoutMs: 100',
+          ],
+          proxyBucket('edge', HIGH_LIMIT, REDIS_WINDOW_SEC, 'edge:{client}'),
+        ),
       ),
     );
 
@@ -1153,12 +1202,10 @@ async function main(): Promise<void> {
       routes: { id: string; label: string; path: string; urlPath: string }[] = [
         { id, label, path, urlPath: '/' },
       ],
-    ) => {
-      if (notSelected(routes)) {
-        for (const r of routes) cases.push({ id: r.id, label: r.label, path: r.path, overLimit });
-        return;
-      }
-      await serveCases(
+    ): Promise<Case[]> => {
+      if (notSelected(routes))
+        return routes.map((r) => ({ id: r.id, label: r.label, path: r.path, overLimit }));
+      return serveCases(
         id,
         [
           '--import',
@@ -1178,105 +1225,128 @@ async function main(): Promise<void> {
         (listening) => String(listening.http),
       );
     };
-    await expressCase(
-      'express-bare',
-      'express, no limiter',
-      'loadgen → Express → node:http forward → upstream',
-      ['--variant', 'bare'],
+    starts.push(() =>
+      expressCase('express-bare', 'express, no limiter', 'loadgen → Express → node:http forward → upstream', [
+        '--variant',
+        'bare',
+      ]),
     );
-    await expressCase(
-      'express-headers',
-      'express + a layer setting the two RateLimit fields (no limiter)',
-      'loadgen → Express → res.setHeader × 2 (fixed strings) → forward → upstream',
-      ['--variant', 'headers'],
+    starts.push(() =>
+      expressCase(
+        'express-headers',
+        'express + a layer setting the two RateLimit fields (no limiter)',
+        'loadgen → Express → res.setHeader × 2 (fixed strings) → forward → upstream',
+        ['--variant', 'headers'],
+      ),
     );
-    await expressCase(
-      'express-headers-twin',
-      'express + the fixed-field layer, a second process (A/A control)',
-      'loadgen → a second, identical Express with res.setHeader × 2 → forward → upstream',
-      ['--variant', 'headers'],
+    starts.push(() =>
+      expressCase(
+        'express-headers-twin',
+        'express + the fixed-field layer, a second process (A/A control)',
+        'loadgen → a second, identical Express with res.setHeader × 2 → forward → upstream',
+        ['--variant', 'headers'],
+      ),
     );
-    await expressCase(
-      'express-spillway-global',
-      'express + spillway global',
-      'loadgen → Express → expressRateLimit(GlobalLimiter, decided in process) → forward → upstream',
-      ['--variant', 'spillway-global'],
+    starts.push(() =>
+      expressCase(
+        'express-spillway-global',
+        'express + spillway global',
+        'loadgen → Express → expressRateLimit(GlobalLimiter, decided in process) → forward → upstream',
+        ['--variant', 'spillway-global'],
+      ),
     );
-    await expressCase('express-split', 'express split', '', ['--variant', 'split'], false, [
-      {
-        id: 'express-split-limited',
-        label: 'express + spillway global, one process: path with the middleware',
-        path: 'loadgen → Express (/limited: expressRateLimit over the GlobalLimiter) → forward → upstream',
-        urlPath: '/limited/',
-      },
-      {
-        id: 'express-split-headers',
-        label: 'express + spillway global, one process: path with the two fields as fixed strings',
-        path: 'loadgen → the same Express process (/free: res.setHeader × 2, no decision) → forward → upstream',
-        urlPath: '/free/',
-      },
-    ]);
+    starts.push(() =>
+      expressCase('express-split', 'express split', '', ['--variant', 'split'], false, [
+        {
+          id: 'express-split-limited',
+          label: 'express + spillway global, one process: path with the middleware',
+          path: 'loadgen → Express (/limited: expressRateLimit over the GlobalLimiter) → forward → upstream',
+          urlPath: '/limited/',
+        },
+        {
+          id: 'express-split-headers',
+          label: 'express + spillway global, one process: path with the two fields as fixed strings',
+          path: 'loadgen → the same Express process (/free: res.setHeader × 2, no decision) → forward → upstream',
+          urlPath: '/free/',
+        },
+      ]),
+    );
     // The split process again with a limiter that reports nothing: its /free/ path against the one
     // above tells the reports' cost from the limiter's mere presence.
-    await expressCase(
-      'express-quiet',
-      'express quiet',
-      '',
-      ['--variant', 'split', '--reports', 'none'],
-      false,
-      [
+    starts.push(() =>
+      expressCase('express-quiet', 'express quiet', '', ['--variant', 'split', '--reports', 'none'], false, [
         {
           id: 'express-quiet-headers',
           label: 'express + spillway global without reports, one process: path with the fixed fields',
           path: 'loadgen → Express with a GlobalLimiter that has no control client (/free: res.setHeader × 2) → forward → upstream',
           urlPath: '/free/',
         },
-      ],
+      ]),
     );
-    await expressCase(
-      'express-spillway-redis',
-      'express + spillway Redis sliding window',
-      'loadgen → Express → expressRateLimit(Redis sliding-counter, one EVALSHA) → forward → upstream',
-      ['--variant', 'spillway-redis'],
+    starts.push(() =>
+      expressCase(
+        'express-spillway-redis',
+        'express + spillway Redis sliding window',
+        'loadgen → Express → expressRateLimit(Redis sliding-counter, one EVALSHA) → forward → upstream',
+        ['--variant', 'spillway-redis'],
+      ),
     );
-    await expressCase(
-      'express-rlf-redis',
-      'express + rate-limiter-flexible RateLimiterRedis',
-      'loadgen → Express → RateLimiterRedis.consume(req.ip) (one Redis round trip) → forward → upstream',
-      ['--variant', 'rlf-redis'],
+    starts.push(() =>
+      expressCase(
+        'express-rlf-redis',
+        'express + rate-limiter-flexible RateLimiterRedis',
+        'loadgen → Express → RateLimiterRedis.consume(req.ip) (one Redis round trip) → forward → upstream',
+        ['--variant', 'rlf-redis'],
+      ),
     );
-    await expressCase(
-      'express-rlf-redis-remote',
-      `express + rate-limiter-flexible RateLimiterRedis, Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
-      `loadgen → Express → RateLimiterRedis.consume(req.ip) through a relay adding ${REMOTE_REDIS_DELAY_MS} ms each way → forward → upstream`,
-      ['--variant', 'rlf-redis', '--redis', remoteRedis.address],
+    starts.push(() =>
+      expressCase(
+        'express-rlf-redis-remote',
+        `express + rate-limiter-flexible RateLimiterRedis, Redis ${REMOTE_REDIS_DELAY_MS} ms away`,
+        `loadgen → Express → RateLimiterRedis.consume(req.ip) through a relay adding ${REMOTE_REDIS_DELAY_MS} ms each way → forward → upstream`,
+        ['--variant', 'rlf-redis', '--redis', remoteRedis.address],
+      ),
     );
     if (proxyReady) {
-      await proxyCase(
-        'proxy-global-over',
-        `spillway proxy + global, over the limit (${OVER_LIMIT_RPS} rps)`,
-        `loadgen → proxy (global bucket limited to ${OVER_LIMIT_RPS} rps) → upstream or 429`,
-        proxyRules(upstreamAddress, globalBackend, proxyBucket('edge-over', OVER_LIMIT_RPS, 1)),
-        true,
+      starts.push(() =>
+        proxyCase(
+          'proxy-global-over',
+          `spillway proxy + global, over the limit (${OVER_LIMIT_RPS} rps)`,
+          `loadgen → proxy (global bucket limited to ${OVER_LIMIT_RPS} rps) → upstream or 429`,
+          proxyRules(upstreamAddress, globalBackend, proxyBucket('edge-over', OVER_LIMIT_RPS, 1)),
+          true,
+        ),
       );
     } else {
-      await expressCase(
-        'express-spillway-global-over',
-        `express + spillway global, over the limit (${OVER_LIMIT_RPS} rps)`,
-        `loadgen → Express → expressRateLimit(GlobalLimiter, bucket limited to ${OVER_LIMIT_RPS} rps) → forward or 429`,
-        ['--variant', 'spillway-global', '--bucket', 'edge-over', '--limit', String(OVER_LIMIT_RPS)],
-        true,
+      starts.push(() =>
+        expressCase(
+          'express-spillway-global-over',
+          `express + spillway global, over the limit (${OVER_LIMIT_RPS} rps)`,
+          `loadgen → Express → expressRateLimit(GlobalLimiter, bucket limited to ${OVER_LIMIT_RPS} rps) → forward or 429`,
+          ['--variant', 'spillway-global', '--bucket', 'edge-over', '--limit', String(OVER_LIMIT_RPS)],
+          true,
+        ),
       );
     }
 
-    const runnable = cases.filter((c) => c.url !== undefined && (only === undefined || only.includes(c.id)));
+    const started: Case[][] = [];
+    await inTurn([...starts.keys()], async (index) => {
+      started[index] = await starts[index]!();
+    });
+    cases.push(...started.flat());
+    const missing = cases.filter((c) => c.missing !== undefined);
+    smokeCheck(
+      missing.length === 0,
+      `cases did not start: ${missing.map((c) => `${c.id} (${c.missing})`).join(', ')}`,
+    );
+    const runnable = cases.filter((c) => c.url !== undefined && selected(c.id));
     const rounds = new Map<string, CaseRound[]>(runnable.map((c) => [c.id, []]));
     for (let round = 1; round <= ROUNDS; round++) {
       // Each round starts one case later, so no case is always the first to load a process that
       // has idled for a minute (with a fixed order, the first of the three paths one process serves
       // had the highest p99 in every round: 3.2-4.0 ms against 2.3-3.1 ms for the other two).
       const shift = (round - 1) % runnable.length;
-      for (const c of [...runnable.slice(shift), ...runnable.slice(0, shift)]) {
+      await inTurn([...runnable.slice(shift), ...runnable.slice(0, shift)], async (c) => {
         const cpuBefore = cpuSeconds(c.pid);
         const fixed = await load(c.url!, DURATION_S, RATE);
         const cpuMiddle = cpuSeconds(c.pid);
@@ -1293,7 +1363,16 @@ async function main(): Promise<void> {
         process.stdout.write(
           `round ${round} ${c.id}: p50 ${(fixed.latency2xx.p50Us / 1000).toFixed(2)} ms, p99 ${(fixed.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(fixed.latency2xx.p999Us / 1000).toFixed(2)} ms, ${fixed.status429} × 429; max ${Math.round(max.requestsPerSec)} req/s\n`,
         );
-      }
+        for (const [run, result] of [
+          ['fixed-rate', fixed],
+          ['full-speed', max],
+        ] as const) {
+          smokeCheck(
+            result.status2xx > 0 && result.errors + result.timeouts + result.statusOther === 0,
+            `${c.id}, ${run} run: ${result.status2xx} × 2xx, ${result.errors} errors, ${result.timeouts} timeouts, ${result.statusOther} other statuses`,
+          );
+        }
+      });
     }
 
     const rows = cases.map((c) => {
@@ -1342,7 +1421,7 @@ async function main(): Promise<void> {
       pairs.map(([a, b, mode]) => [pairKey(a, b, mode), []]),
     );
     for (let round = 1; round <= PAIRED_ROUNDS; round++) {
-      for (const [aId, bId, mode] of pairs) {
+      for (const [pairIndex, [aId, bId, mode]] of pairs.entries()) {
         // The generator's first target was favoured in one test: A/A pairs of two identical Express
         // processes read −3.9% and, sides swapped, −7.7% at p99 (2026-12-01,
         // bench/results/edge-express-aa.md; the cause is not found). Every other round sends the
@@ -1350,7 +1429,8 @@ async function main(): Promise<void> {
         // remove an offset between processes: the proxy's A/A pair, alternated, still read −4.9%
         // (bench/results/edge-proxy-alternated.md).
         const swapped = round % 2 === 0;
-        if (FRESH_PAIRS) {
+        // A smoke run starts its first pair afresh (the path) and keeps the processes after.
+        if (FRESH_PAIRS && (!SMOKE || (round === 1 && pairIndex === 0))) {
           // Fresh processes for each pair and round: an offset between two processes is then drawn
           // anew each round and lands in the interval, not in the estimate. The start order turns
           // every two rounds, so it is not tied to the side (which turns every round).
@@ -1377,6 +1457,15 @@ async function main(): Promise<void> {
         )) as [LoadResult, LoadResult];
         const [a, b] = swapped ? [results[1], results[0]] : results;
         paired.get(pairKey(aId, bId, mode))!.push({ a, b });
+        for (const [id, side] of [
+          [aId, a],
+          [bId, b],
+        ] as const) {
+          smokeCheck(
+            side.status2xx > 0 && side.errors + side.statusOther === 0,
+            `paired ${aId} vs ${bId} (${mode ?? 'interleaved'}), ${id}: ${side.status2xx} × 2xx, ${side.errors} errors, ${side.statusOther} other statuses`,
+          );
+        }
         process.stdout.write(
           `round ${round} paired${mode === 'sliced' ? ' (sliced)' : ''} ${aId} vs ${bId}: p99 ${(a.latency2xx.p99Us / 1000).toFixed(2)} vs ${(b.latency2xx.p99Us / 1000).toFixed(2)} ms, p99.9 ${(a.latency2xx.p999Us / 1000).toFixed(2)} vs ${(b.latency2xx.p999Us / 1000).toFixed(2)} ms\n`,
         );
@@ -1631,8 +1720,7 @@ async function main(): Promise<void> {
       connections: CONNECTIONS,
       overLimitRps: OVER_LIMIT_RPS,
     };
-    mkdirSync(join(ROOT, 'bench/results'), { recursive: true });
-    writeFileSync(
+    writeResultsFile(
       join(ROOT, `bench/results/${OUT}.json`),
       `${JSON.stringify(
         { meta, inProcess: inProcessRows, rows, ratios, paired: Object.fromEntries(paired) },
@@ -1826,8 +1914,8 @@ async function main(): Promise<void> {
       '"failures" counts connection errors, timeouts and responses other than 2xx and 429 over all rounds.',
       '',
     ].join('\n');
-    writeFileSync(join(ROOT, `bench/results/${OUT}.md`), md);
-    process.stdout.write(`\n${md}`);
+    process.stdout.write(`\n${md}\n`);
+    writeResultsFile(join(ROOT, `bench/results/${OUT}.md`), md);
   } finally {
     stopAll();
     await redis.stop();
@@ -1839,8 +1927,8 @@ async function main(): Promise<void> {
 const role = process.argv[2];
 if (role === 'upstream') await runOkUpstream();
 else if (role === 'express') await runExpress(process.argv.slice(3));
-else if (role === 'loadgen') await runLoadgen(process.argv.slice(3));
-else if (role === 'openloop') await runOpenLoop(process.argv.slice(3));
-else if (role === 'inprocess') await runInProcess(Number(process.argv[3]));
+else if (role !== undefined && Object.hasOwn(generatorRoles, role))
+  process.stdout.write(`${JSON.stringify(await generatorRoles[role]!(process.argv.slice(3)))}\n`);
+else if (role === 'inprocess') await runInProcess(String(process.argv[3]).split(',').map(Number));
 else if (role === 'stalls') await runStallProbe(Number(process.argv[3]));
 else await main();

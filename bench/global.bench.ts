@@ -5,8 +5,8 @@
 //
 // Run: node --import tsx --expose-gc bench/global.bench.ts
 // Env: BENCH_CALLS (default 10,000,000 per round), BENCH_ROUNDS (default 7),
-//      BENCH_RLM_CALLS (default 1,000,000 per round), BENCH_RLM_ROUNDS (default 3).
-import { mkdirSync, writeFileSync } from 'node:fs';
+//      BENCH_RLM_CALLS (default 1,000,000 per round), BENCH_RLM_ROUNDS (default 3);
+//      BENCH_SMOKE=1: a few thousand calls per case, nothing written (bench/smoke.ts).
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { setTimeout as sleep } from 'node:timers/promises';
@@ -24,14 +24,15 @@ import {
 import { createGlobalLimiter, type GlobalLimiter } from '../src/global/index.js';
 import { InMemoryNetwork } from '../src/transport/in-memory-network.js';
 import { createDecisionHarness, type DecisionCaseResult } from './decision-harness.js';
-import { reproduce } from './provenance.js';
+import { reproduce, sourceCommit } from './provenance.js';
+import { benchSetting, SMOKE, writeResultsFile } from './smoke.js';
 
-const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
-const RLM_CALLS = Number(process.env.BENCH_RLM_CALLS ?? 1_000_000);
-const RLM_ROUNDS = Number(process.env.BENCH_RLM_ROUNDS ?? 3);
+const CALLS = benchSetting('BENCH_CALLS', 10_000_000, 20_000);
+const ROUNDS = benchSetting('BENCH_ROUNDS', 7, 1);
+const RLM_CALLS = benchSetting('BENCH_RLM_CALLS', 1_000_000, 2_000);
+const RLM_ROUNDS = benchSetting('BENCH_RLM_ROUNDS', 3, 1);
 const CHUNK = 1_000_000;
-const ALLOCATION_PROBE_CALLS = 100_000;
+const ALLOCATION_PROBE_CALLS = SMOKE ? 1_000 : 100_000;
 const TARGET_HANDLE_NS = 25;
 const TARGET_BY_KEY_NS = 60;
 /** The ratio every benchmarked bucket runs at: each call draws, 30% drop (enforce) or would-drop (shadow). */
@@ -377,11 +378,9 @@ calls; even 8 bytes a call would fill the young generation many times over, so 0
 ${wireRows.join('\n')}
 `;
 
-mkdirSync('bench/results', { recursive: true });
-writeFileSync('bench/results/global.md', markdown);
-writeFileSync(
+writeResultsFile('bench/results/global.md', markdown);
+writeResultsFile(
   'bench/results/global.json',
-  `${JSON.stringify({ date: startedAt.toISOString(), command, host, results, ratios, targets, wire }, null, 2)}\n`,
+  `${JSON.stringify({ date: startedAt.toISOString(), command, commit: sourceCommit(), host, results, ratios, targets, wire }, null, 2)}\n`,
 );
 console.log(`sink ${sink.admitted} ${sink.floor}`);
-console.log('wrote bench/results/global.md and bench/results/global.json');

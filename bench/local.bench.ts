@@ -4,8 +4,8 @@
 //
 // Run: node --import tsx --expose-gc bench/local.bench.ts
 // Env: BENCH_CALLS (default 10,000,000 per round), BENCH_ROUNDS (default 7),
-//      BENCH_RLM_CALLS (default 2,000,000 per round), BENCH_RLM_ROUNDS (default 5).
-import { mkdirSync, writeFileSync } from 'node:fs';
+//      BENCH_RLM_CALLS (default 2,000,000 per round), BENCH_RLM_ROUNDS (default 5);
+//      BENCH_SMOKE=1: a few thousand calls per case, nothing written (bench/smoke.ts).
 import { createRequire } from 'node:module';
 import os from 'node:os';
 import { RateLimiterMemory } from 'rate-limiter-flexible';
@@ -14,18 +14,19 @@ import { createKeyedGcra } from '../src/local/keyed-gcra.js';
 import { createKeyedTokenBucket } from '../src/local/keyed-token-bucket.js';
 import { createTokenBucket } from '../src/local/token-bucket.js';
 import { createDecisionHarness, type DecisionCaseResult } from './decision-harness.js';
-import { reproduce } from './provenance.js';
+import { reproduce, sourceCommit } from './provenance.js';
+import { benchSetting, SMOKE, writeResultsFile } from './smoke.js';
 
-const CALLS = Number(process.env.BENCH_CALLS ?? 10_000_000);
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 7);
-const RLM_CALLS = Number(process.env.BENCH_RLM_CALLS ?? 2_000_000);
-const RLM_ROUNDS = Number(process.env.BENCH_RLM_ROUNDS ?? 5);
+const CALLS = benchSetting('BENCH_CALLS', 10_000_000, 20_000);
+const ROUNDS = benchSetting('BENCH_ROUNDS', 7, 1);
+const RLM_CALLS = benchSetting('BENCH_RLM_CALLS', 2_000_000, 2_000);
+const RLM_ROUNDS = benchSetting('BENCH_RLM_ROUNDS', 5, 1);
 /**
  * Timed loops run in chunks with a 1 ms pause between them (not timed), so the coarse clock ticks
  * and the limiters see time pass as in a server, where each event-loop turn decides a few calls.
  */
 const CHUNK = 250_000;
-const ALLOCATION_PROBE_CALLS = 100_000;
+const ALLOCATION_PROBE_CALLS = SMOKE ? 1_000 : 100_000;
 const TARGET_NS = 30;
 const TARGET_SPEEDUP = 10;
 
@@ -304,10 +305,8 @@ ${byId.get('rateLimiterMemory')!.note ? `\nRateLimiterMemory: ${byId.get('rateLi
 | no allocation on the \`tryTake\` paths (0 GCs) | ${pass(targets.zeroAllocationOnHotPaths)} |
 `;
 
-mkdirSync('bench/results', { recursive: true });
-writeFileSync('bench/results/local.md', markdown);
-writeFileSync(
+writeResultsFile('bench/results/local.md', markdown);
+writeResultsFile(
   'bench/results/local.json',
-  `${JSON.stringify({ date: startedAt.toISOString(), command, host, results, ratios, targets }, null, 2)}\n`,
+  `${JSON.stringify({ date: startedAt.toISOString(), command, commit: sourceCommit(), host, results, ratios, targets }, null, 2)}\n`,
 );
-console.log('wrote bench/results/local.md and bench/results/local.json');

@@ -13,11 +13,13 @@
 // Contenders run round-robin within each round, each round with fresh keys, so noise and Redis state
 // growth fall on all of them alike. Reported figures are medians over rounds.
 //
+// Needs: redis-server
 // Run: node --import tsx --expose-gc bench/redis.bench.ts
 // Env: BENCH_ROUNDS (default 5), BENCH_LATENCY_CALLS (20000), BENCH_CALLS (100000),
-//      BENCH_WARMUP_CALLS (5000), BENCH_IN_FLIGHT (100), BENCH_KEYS (1000).
+//      BENCH_WARMUP_CALLS (5000), BENCH_IN_FLIGHT (100), BENCH_KEYS (1000);
+//      BENCH_SMOKE=1: a few hundred calls per run, nothing written (bench/smoke.ts).
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { readFileSync } from 'node:fs';
 import os from 'node:os';
 import { Redis, type RedisOptions } from 'ioredis';
 import { RateLimiterRedis, RateLimiterRes } from 'rate-limiter-flexible';
@@ -27,6 +29,7 @@ import {
   createRedisSlidingLog,
   createRedisTokenBucket,
   ioredisAdapter,
+  MAX_SLIDING_LOG_LIMIT,
   type RedisLimiter,
   type RedisScriptClient,
 } from '../src/redis/index.js';
@@ -34,19 +37,26 @@ import type { LuaScript } from '../src/redis/lua-script.js';
 import { createRedisLimiter } from '../src/redis/redis-limiter.js';
 import { startRedis } from '../test/helpers/redis-server.js';
 import { median } from './paired-stats.js';
-import { reproduce } from './provenance.js';
+import { reproduce, sourceCommit } from './provenance.js';
+import { benchSetting, SMOKE, smokeCheck, writeResultsFile } from './smoke.js';
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-const LATENCY_CALLS = Number(process.env.BENCH_LATENCY_CALLS ?? 20_000);
-const CALLS = Number(process.env.BENCH_CALLS ?? 100_000);
-const WARMUP_CALLS = Number(process.env.BENCH_WARMUP_CALLS ?? 5_000);
-const IN_FLIGHT = Number(process.env.BENCH_IN_FLIGHT ?? 100);
-const KEY_COUNT = Number(process.env.BENCH_KEYS ?? 1_000);
+const ROUNDS = benchSetting('BENCH_ROUNDS', 5, 1);
+const LATENCY_CALLS = benchSetting('BENCH_LATENCY_CALLS', 20_000, 200);
+const CALLS = benchSetting('BENCH_CALLS', 100_000, 2_000);
+const WARMUP_CALLS = benchSetting('BENCH_WARMUP_CALLS', 5_000, 100);
+const IN_FLIGHT = benchSetting('BENCH_IN_FLIGHT', 100, 100);
+const KEY_COUNT = benchSetting('BENCH_KEYS', 1_000, 100);
+/** Calls per run of the Spillway call path over a fake client (measureCallPath). */
+const CALL_PATH_CALLS = SMOKE ? 2_000 : 200_000;
 /** Long enough that an epoch-aligned window boundary rarely falls inside a run. */
 const WINDOW_SEC = 3600;
 const WINDOW_MS = WINDOW_SEC * 1000;
-/** Admitted runs: no key can reach this within a round. */
-const HIGH_LIMIT = 10_000_000;
+/**
+ * Admitted runs' limit: within every contender's bound (the sliding log refuses more than
+ * MAX_SLIDING_LOG_LIMIT, one sorted-set member per unit) and above what any key is sent in a run,
+ * so every call is admitted. A run's keys are fresh, so no count carries from one run to the next.
+ */
+const ADMITTED_LIMIT = 10_000;
 const COMMAND = 'node --import tsx --expose-gc bench/redis.bench.ts';
 
 /** docs/redis-operations.md, "Recommended ioredis options"; used for every contender alike. */
@@ -68,6 +78,8 @@ interface Contender {
   make(limit: number, prefix: string): Call;
   /** Calls that were not counted by Redis (timeouts, errors): must stay 0 for a fair figure. */
   faults(): number;
+  /** Of those, the errors (a script or a command that failed, not a slow answer). */
+  errors(): number;
   /** A floor row: never rejects, so it has no rejected run and no ratio to RateLimiterRedis. */
   floor?: boolean;
 }
@@ -82,6 +94,7 @@ function spillway(name: string, create: (limit: number, prefix: string) => Redis
       return async (key) => (await limiter.limit(key)).allowed;
     },
     faults: () => made.reduce((sum, l) => sum + l.stats.timeouts + l.stats.errors, 0),
+    errors: () => made.reduce((sum, l) => sum + l.stats.errors, 0),
   };
 }
 
@@ -108,6 +121,7 @@ function rateLimiterFlexible(client: Redis): Contender {
       };
     },
     faults: () => faults,
+    errors: () => faults,
   };
 }
 
@@ -153,6 +167,7 @@ function floorRaw(client: Redis): Contender {
       };
     },
     faults: () => 0,
+    errors: () => 0,
   };
 }
 
@@ -191,6 +206,21 @@ function collectGarbage(): void {
 }
 
 const keys = Array.from({ length: KEY_COUNT }, (_, i) => `tenant-${i}:route`);
+
+/** The most calls one key gets in a run of `calls` (calls go to key (i * 7) % KEY_COUNT). */
+function mostCallsPerKey(calls: number): number {
+  const perKey = new Uint32Array(KEY_COUNT);
+  let most = 0;
+  for (let i = 0; i < calls; i++) most = Math.max(most, ++perKey[(i * 7) % KEY_COUNT]!);
+  return most;
+}
+
+const MOST_CALLS_PER_KEY = mostCallsPerKey(Math.max(CALLS, LATENCY_CALLS, WARMUP_CALLS * 4));
+if (MOST_CALLS_PER_KEY >= ADMITTED_LIMIT || ADMITTED_LIMIT > MAX_SLIDING_LOG_LIMIT) {
+  throw new Error(
+    `admitted runs need a limit above the ${MOST_CALLS_PER_KEY} calls a key gets and at most ${MAX_SLIDING_LOG_LIMIT}; limit ${ADMITTED_LIMIT} is not (BENCH_CALLS / BENCH_KEYS too high)`,
+  );
+}
 
 async function measureLatency(call: Call, calls: number): Promise<{ p50Us: number; p99Us: number }> {
   const samples = new Float64Array(calls);
@@ -260,7 +290,7 @@ async function measureCallPath(): Promise<{ inFlight: number; cpuNsPerCall: numb
   const reply = [1, 5, 0, 0, Date.now() * 1000];
   const fake: RedisScriptClient = { evalsha: async () => reply, eval: async () => reply };
   const limiter = createRedisFixedWindow({ redis: fake, limit: 100, windowMs: 1000 });
-  const calls = 200_000;
+  const calls = CALL_PATH_CALLS;
   const results = [];
   for (const inFlight of [1, IN_FLIGHT]) {
     const samples: number[] = [];
@@ -284,6 +314,7 @@ async function measureCallPath(): Promise<{ inFlight: number; cpuNsPerCall: numb
 }
 
 async function main(): Promise<void> {
+  const loadAverage1mAtStart = os.loadavg()[0] ?? 0;
   const server = await startRedis();
   // Ctrl-C must not leave the private redis-server running.
   for (const signal of ['SIGINT', 'SIGTERM'] as const) {
@@ -312,8 +343,8 @@ async function main(): Promise<void> {
 
     // Warmup: JIT, script caches (EVALSHA), connections.
     for (const contender of contenders) {
-      await measureLatency(contender.make(HIGH_LIMIT, 'warm-a'), WARMUP_CALLS);
-      await measureThroughput(contender.make(HIGH_LIMIT, 'warm-b'), WARMUP_CALLS * 4, admin);
+      await measureLatency(contender.make(ADMITTED_LIMIT, 'warm-a'), WARMUP_CALLS);
+      await measureThroughput(contender.make(ADMITTED_LIMIT, 'warm-b'), WARMUP_CALLS * 4, admin);
       await measureThroughput(contender.make(1, 'warm-c'), WARMUP_CALLS * 4, admin);
     }
     await admin.flushall();
@@ -326,11 +357,15 @@ async function main(): Promise<void> {
       for (const contender of order) {
         const s = samples.get(contender.name)!;
         collectGarbage();
-        const latency = await measureLatency(contender.make(HIGH_LIMIT, `r${round}-lat`), LATENCY_CALLS);
+        const latency = await measureLatency(contender.make(ADMITTED_LIMIT, `r${round}-lat`), LATENCY_CALLS);
         s.p50.push(latency.p50Us);
         s.p99.push(latency.p99Us);
         collectGarbage();
-        const admitted = await measureThroughput(contender.make(HIGH_LIMIT, `r${round}-adm`), CALLS, admin);
+        const admitted = await measureThroughput(
+          contender.make(ADMITTED_LIMIT, `r${round}-adm`),
+          CALLS,
+          admin,
+        );
         s.admitted.push(admitted);
         collectGarbage();
         const rejected = contender.floor
@@ -357,6 +392,9 @@ async function main(): Promise<void> {
       await admin.flushall();
     }
 
+    // A fault policy answers a call whose script failed, so a broken script still "admits": the
+    // errors are what show it.
+    for (const c of contenders) smokeCheck(c.errors() === 0, `${c.name}: ${c.errors()} calls failed`);
     const rows = contenders.map((c) => {
       const s = samples.get(c.name)!;
       const m = (runs: Throughput[], field: keyof Throughput) => median(runs.map((run) => run[field]));
@@ -399,17 +437,20 @@ async function main(): Promise<void> {
       rateLimiterFlexible: version('rate-limiter-flexible'),
       platform: `${os.type()} ${os.release()} ${os.arch()}`,
       cpu: `${os.cpus()[0]?.model ?? 'unknown'} x${os.cpus().length}`,
+      loadAverage1mAtStart,
       loadAverage1m: os.loadavg()[0] ?? 0,
       command: COMMAND,
+      commit: sourceCommit(),
       rounds: ROUNDS,
       latencyCalls: LATENCY_CALLS,
       throughputCalls: CALLS,
       inFlight: IN_FLIGHT,
       keys: KEY_COUNT,
       windowSec: WINDOW_SEC,
+      admittedLimit: ADMITTED_LIMIT,
+      mostCallsPerKey: MOST_CALLS_PER_KEY,
     };
-    mkdirSync('bench/results', { recursive: true });
-    writeFileSync(
+    writeResultsFile(
       'bench/results/redis.json',
       `${JSON.stringify({ meta, rows, ratios, callPath }, null, 2)}\n`,
     );
@@ -456,7 +497,7 @@ async function main(): Promise<void> {
     const md = [
       '# Redis limiters vs rate-limiter-flexible',
       '',
-      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu} · load average ${n(meta.loadAverage1m, 1)} at the end`,
+      `${meta.date} · Node ${meta.node} · Redis ${meta.redis} · ioredis ${meta.ioredis} · rate-limiter-flexible ${meta.rateLimiterFlexible} · ${meta.platform} · ${meta.cpu} · load average ${n(meta.loadAverage1mAtStart, 1)} at the start, ${n(meta.loadAverage1m, 1)} at the end on ${os.cpus().length} CPUs`,
       '',
       `Reproduce: \`${reproduce(COMMAND)}\` (${ROUNDS} rounds after warmup, contenders round-robin, medians over rounds).`,
       'One private redis-server on loopback, no persistence; each contender has its own ioredis',
@@ -465,7 +506,8 @@ async function main(): Promise<void> {
       'which is a fixed window: the like-for-like row is "spillway fixed window".',
       `Latency: 1 call in flight, ${n(LATENCY_CALLS)} calls per round over ${n(KEY_COUNT)} keys, all admitted.`,
       `Throughput: ${IN_FLIGHT} calls in flight, ${n(CALLS)} calls per round over ${n(KEY_COUNT)} keys;`,
-      '"admitted": a limit no key reaches; "rejected": limit 1, so all but the first call per key are rejected.',
+      `"admitted": limit ${n(ADMITTED_LIMIT)}, which no key reaches (at most ${n(MOST_CALLS_PER_KEY)} calls a key in a run, each run on fresh keys)`,
+      `and within every limiter's bound (the sliding log's is ${n(MAX_SLIDING_LOG_LIMIT)}); "rejected": limit 1, so all but the first call per key are rejected.`,
       'The two floor rows run a minimal script (TIME + INCR, no TTL, no decision): the least any',
       'Lua limiter on the Redis clock can cost, raw through ioredis and through the Spillway call path.',
       '',
@@ -505,7 +547,7 @@ async function main(): Promise<void> {
       'to mean much.',
       '',
     ].join('\n');
-    writeFileSync('bench/results/redis.md', md);
+    writeResultsFile('bench/results/redis.md', md);
     process.stdout.write(`\n${md}`);
   } finally {
     for (const c of clients) c.disconnect();

@@ -8,9 +8,10 @@
 // so the client code is as cold, or as warm, as in a host reporting every second.
 //
 // Run: node --import tsx --expose-gc bench/report-thread.bench.ts
-// Env: BENCH_REPORTS (reports per case, default 60).
+// Env: BENCH_REPORTS (reports per case, default 60); BENCH_SMOKE=1: 2 reports per case every
+//      100 ms, the thread's cost from one process, nothing written (bench/smoke.ts).
 import { execFileSync, spawn } from 'node:child_process';
-import { existsSync, mkdirSync, writeFileSync } from 'node:fs';
+import { existsSync } from 'node:fs';
 import os from 'node:os';
 import { create } from '@bufbuild/protobuf';
 import {
@@ -23,10 +24,13 @@ import type { ControlClient } from '../src/transport/control-transport.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { startGrpcControlServer } from '../src/transport/grpc-control-server.js';
 import { createWorkerControlClient } from '../src/transport/worker-control-client.js';
-import { reproduce } from './provenance.js';
+import { reproduce, sourceCommit } from './provenance.js';
+import { benchSetting, SMOKE, writeResultsFile } from './smoke.js';
 
-const REPORTS = Number(process.env.BENCH_REPORTS ?? 60);
-const INTERVAL_MS = 1000;
+const REPORTS = benchSetting('BENCH_REPORTS', 60, 2);
+const INTERVAL_MS = SMOKE ? 100 : 1000;
+/** Fresh processes the worker thread's own cost is measured in (threadCost). */
+const THREAD_COST_PROCESSES = SMOKE ? 1 : 5;
 const BUCKET_COUNTS = [1, 50];
 
 function reportOf(buckets: number, sequence: number): ReportRequest {
@@ -119,7 +123,7 @@ const quantile = (values: number[], q: number) => {
 
 /**
  * What the thread itself costs, from the built package in a fresh Node (no tsx): resident memory
- * it adds and the time until it runs, median of 5 processes. Undefined when `dist/` is not built.
+ * it adds and the time until it runs, median of THREAD_COST_PROCESSES processes. Undefined when `dist/` is not built.
  */
 function threadCost(): { rssMb: number; readyMs: number } | undefined {
   const built = new URL('../dist/src/transport/worker-control-client.js', import.meta.url);
@@ -130,7 +134,7 @@ function threadCost(): { rssMb: number; readyMs: number } | undefined {
     const client = createWorkerControlClient('127.0.0.1:1'); await client.whenReady();
     const readyMs = performance.now() - t0; await new Promise((r) => setTimeout(r, 500)); globalThis.gc();
     console.log(JSON.stringify({ rssMb: (process.memoryUsage().rss - before) / 1048576, readyMs })); client.close();`;
-  const runs = Array.from({ length: 5 }, () =>
+  const runs = Array.from({ length: THREAD_COST_PROCESSES }, () =>
     JSON.parse(
       execFileSync(process.execPath, ['--expose-gc', '--input-type=module', '-e', code], {
         encoding: 'utf8',
@@ -155,6 +159,8 @@ async function main(): Promise<void> {
   const server = spawn(process.execPath, ['--import', 'tsx', 'bench/report-thread.bench.ts', 'server'], {
     stdio: ['ignore', 'pipe', 'inherit'],
   });
+  // A failed run must not leave the server running.
+  process.once('exit', () => server.kill());
   const address = await new Promise<string>((resolve, reject) => {
     server.stdout.once('data', (chunk) => resolve(String(chunk).trim()));
     server.once('exit', (code) => reject(new Error(`server exited with ${code}`)));
@@ -236,12 +242,12 @@ async function main(): Promise<void> {
     loadAverage: { atStart: loadAtStart, atEnd: os.loadavg() },
     // BENCH_* settings are added by reproduce() in the Reproduce line.
     command: 'node --import tsx --expose-gc bench/report-thread.bench.ts',
+    commit: sourceCommit(),
     reportsPerCase: REPORTS,
     intervalMs: INTERVAL_MS,
     workerThread: cost ?? 'not measured: dist/ not built (npm run build)',
   };
-  mkdirSync('bench/results', { recursive: true });
-  writeFileSync(
+  writeResultsFile(
     'bench/results/report-thread.json',
     `${JSON.stringify({ meta, results, ratios }, null, 2)}\n`,
   );
@@ -287,11 +293,11 @@ async function main(): Promise<void> {
     'if anything their busy time is understated.',
     '',
     cost
-      ? `The thread itself, from the built package in a fresh Node (median of 5 processes): +${cost.rssMb.toFixed(1)} MB resident memory, running ${Math.round(cost.readyMs)} ms after it was created (it loads grpc-js and protobuf-es in its own isolate; the CLI waits for it before listening).`
+      ? `The thread itself, from the built package in a fresh Node (median of ${THREAD_COST_PROCESSES} processes): +${cost.rssMb.toFixed(1)} MB resident memory, running ${Math.round(cost.readyMs)} ms after it was created (it loads grpc-js and protobuf-es in its own isolate; the CLI waits for it before listening).`
       : 'The thread itself: not measured (dist/ not built: `npm run build`).',
     '',
   ].join('\n');
-  writeFileSync('bench/results/report-thread.md', md);
+  writeResultsFile('bench/results/report-thread.md', md);
   process.stdout.write(md);
 }
 

@@ -4,8 +4,8 @@
 // Client and server share this process, so a figure is the combined CPU cost of both sides.
 //
 // Run: node --import tsx --expose-gc bench/transport.bench.ts
-// Env: BENCH_ROUNDS (default 5), BENCH_ROUND_MS (default 2000), BENCH_WARMUP_MS (default 1000).
-import { mkdirSync, writeFileSync } from 'node:fs';
+// Env: BENCH_ROUNDS (default 5), BENCH_ROUND_MS (default 2000), BENCH_WARMUP_MS (default 1000);
+//      BENCH_SMOKE=1: one round of 100 ms per case, nothing written (bench/smoke.ts).
 import http2 from 'node:http2';
 import os from 'node:os';
 import { create } from '@bufbuild/protobuf';
@@ -22,11 +22,12 @@ import type { ReportHandler } from '../src/transport/control-transport.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { startGrpcControlServer } from '../src/transport/grpc-control-server.js';
 import { median } from './paired-stats.js';
-import { reproduce } from './provenance.js';
+import { reproduce, sourceCommit } from './provenance.js';
+import { benchSetting, writeResultsFile } from './smoke.js';
 
-const ROUNDS = Number(process.env.BENCH_ROUNDS ?? 5);
-const ROUND_MS = Number(process.env.BENCH_ROUND_MS ?? 2000);
-const WARMUP_MS = Number(process.env.BENCH_WARMUP_MS ?? 1000);
+const ROUNDS = benchSetting('BENCH_ROUNDS', 5, 1);
+const ROUND_MS = benchSetting('BENCH_ROUND_MS', 2000, 100);
+const WARMUP_MS = benchSetting('BENCH_WARMUP_MS', 1000, 50);
 const IN_FLIGHT = [1, 32];
 const BUCKETS = 50;
 
@@ -200,6 +201,7 @@ async function main(): Promise<void> {
     // A loaded machine (load above the core count) makes every figure here meaningless; say so.
     loadAverage1m: { atStart: loadAtStart, atEnd: os.loadavg()[0]! },
     command: 'node --import tsx --expose-gc bench/transport.bench.ts',
+    commit: sourceCommit(),
     rounds: ROUNDS,
     roundMs: ROUND_MS,
     warmupMs: WARMUP_MS,
@@ -210,8 +212,7 @@ async function main(): Promise<void> {
       '@bufbuild/protobuf': '2.12.0',
     },
   };
-  mkdirSync('bench/results', { recursive: true });
-  writeFileSync('bench/results/transport.json', `${JSON.stringify({ meta, results, ratios }, null, 2)}\n`);
+  writeResultsFile('bench/results/transport.json', `${JSON.stringify({ meta, results, ratios }, null, 2)}\n`);
   const fmt = (n: number, digits = 0) =>
     n.toLocaleString('en-US', { maximumFractionDigits: digits, minimumFractionDigits: digits });
   const md = [
@@ -237,7 +238,7 @@ async function main(): Promise<void> {
     ),
     '',
   ].join('\n');
-  writeFileSync('bench/results/transport.md', md);
+  writeResultsFile('bench/results/transport.md', md);
   process.stdout.write(md);
 }
 

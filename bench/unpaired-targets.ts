@@ -19,6 +19,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { seededRandom } from '../src/core/index.js';
 import { interval90, median } from './paired-stats.js';
+import { sourceCommit } from './provenance.js';
 
 /** What this reads of a results row: its rounds' fixed-rate 2xx latency percentiles. */
 export interface RoundsRow {
@@ -253,7 +254,7 @@ if (import.meta.url === `file://${process.argv[1]}`) {
   const files = process.argv.slice(2);
   for (const file of files.length > 0 ? files : ['bench/results/edge-targets.json']) {
     const results = JSON.parse(readFileSync(file, 'utf8')) as {
-      meta: { date: string; rounds: number };
+      meta: { date: string; rounds: number; commit?: string };
       rows: RoundsRow[];
     };
     const out = file.replace(/\.json$/, '-unpaired.md');
@@ -263,6 +264,9 @@ if (import.meta.url === `file://${process.argv[1]}`) {
       `From the rounds of the run of ${results.meta.date} (its command is in the header of`,
       `\`${file.replace(/\.json$/, '.md')}\`, beside its paired figures), read again by`,
       `\`node --import tsx bench/unpaired-targets.ts ${file}\`.`,
+      '',
+      // A results file older than meta.commit has none.
+      `Rounds measured at ${results.meta.commit ?? 'a commit the run did not record'}; this reading written at ${sourceCommit()}.`,
       '',
       ...unpairedTargetsSection(results.rows, results.meta.rounds),
     ].join('\n');

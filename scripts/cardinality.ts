@@ -13,6 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
+import { reproduce, sourceCommit } from '../bench/provenance.js';
 import { REPO_ROOT } from '../test/integration/spillway-process.js';
 import {
   type AttackBackend,
@@ -127,7 +128,7 @@ function renderMarkdown(runs: Run[], header: Record<string, string>, passed: boo
   const lines = [
     '# Cardinality attack through `spillway proxy`',
     '',
-    `${header.date}, Node ${header.node}, ${header.cpus}. Reproduce: \`${header.command}\`.`,
+    `${header.date}, Node ${header.node}, ${header.cpus}. Reproduce: \`${reproduce(header.command ?? '')}\`.`,
     `Load average (1, 5, 15 min) at the start: ${header.loadStart}; at the end: ${header.loadEnd} (the machine is shared: rates are what this run got, not a ceiling).`,
     '',
     `Each run: a real upstream (node:http), a real \`spillway proxy\` process (for the global backend also a controller and a zone aggregator process, 1 s interval), and ${KEYS.toLocaleString('en-US')} requests from a separate attacker process over ${CONNECTIONS} keep-alive connections, each request with a distinct ${runs[0]?.options.keyLength}-character \`x-api-key\` (the longest a key template keeps verbatim) to a bucket keyed \`api:caller={header:x-api-key}\`. ` +
@@ -259,6 +260,7 @@ async function main(): Promise<number> {
     node: process.version,
     cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}`,
     command: `node --import tsx scripts/cardinality.ts --keys ${KEYS} --backends ${BACKENDS.join(',')} --max-keys ${MAX_KEYS} --connections ${CONNECTIONS}`,
+    commit: sourceCommit(),
     loadStart: fmtLoad(loadStart),
     loadEnd: fmtLoad(loadavg()),
   };

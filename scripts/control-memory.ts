@@ -20,6 +20,7 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { create } from '@bufbuild/protobuf';
+import { reproduce, sourceCommit } from '../bench/provenance.js';
 import { ReportRequestSchema } from '../src/gen/spillway/v1/control_pb.js';
 import { createGrpcControlClient } from '../src/transport/grpc-control-client.js';
 import { BUCKET, Fleet, sleep } from '../test/faults/fleet.js';
@@ -155,6 +156,7 @@ async function main(): Promise<void> {
       cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}`,
       loadAverage: { atStart: loadAtStart, atEnd: loadavg() },
       command: `node --import tsx scripts/control-memory.ts --duration-s ${DURATION_S} --sample-s ${SAMPLE_S} --zones ${ZONES} --hosts-per-zone ${HOSTS_PER_ZONE}`,
+      commit: sourceCommit(),
       intervalMs: INTERVAL_MS,
       reportsPerSecondToController: (ZONES * 1000) / INTERVAL_MS,
       reportsPerSecondToAggregator: (HOSTS_PER_ZONE * 1000) / INTERVAL_MS,
@@ -171,7 +173,7 @@ async function main(): Promise<void> {
     const md = [
       '# Control-plane memory under many reports',
       '',
-      `${meta.date}, Node ${meta.node}, ${meta.cpus}. Reproduce: \`${meta.command}\`.`,
+      `${meta.date}, Node ${meta.node}, ${meta.cpus}. Reproduce: \`${reproduce(meta.command)}\`.`,
       '',
       `A controller and ${ZONES} zone aggregators (\`spillway controller\`, \`spillway aggregator\`, each its own process),`,
       `${HOSTS_PER_ZONE} reporter clients per aggregator, everything reporting every ${INTERVAL_MS} ms for ${DURATION_S} s:`,

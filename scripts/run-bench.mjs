@@ -1,7 +1,8 @@
 #!/usr/bin/env node
 // Runs every benchmark (bench/*.bench.ts) one after another, each in its own process so one
 // benchmark's JIT state and garbage do not skew the next. Results land in bench/results/.
-// Arguments narrow the run: `npm run bench -- local`.
+// Arguments narrow the run: `npm run bench -- local`. BENCH_SMOKE=1 makes each a quick check that
+// writes nothing (bench/smoke.ts); test/bench/bench-smoke.test.ts runs every benchmark so.
 import { spawnSync } from 'node:child_process';
 import { readdirSync } from 'node:fs';
 

@@ -26,6 +26,7 @@ import { cpus, loadavg } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { parseArgs } from 'node:util';
+import { reproduce, sourceCommit } from '../bench/provenance.js';
 import { BUCKET, Fleet, sleep } from '../test/faults/fleet.js';
 import {
   REPO_ROOT,
@@ -556,6 +557,7 @@ async function main(): Promise<number> {
       node: process.version,
       cpus: `${cpus().length} x ${cpus()[0]?.model ?? 'unknown'}`,
       command: `node --import tsx scripts/soak.ts --duration-s ${DURATION_S} --sample-s ${SAMPLE_S} --offered-rps ${OFFERED_RPS} --limit-rps ${LIMIT_RPS}`,
+      commit: sourceCommit(),
       durationS: DURATION_S,
       sampleS: SAMPLE_S,
       limitRps: LIMIT_RPS,
@@ -592,7 +594,7 @@ async function main(): Promise<number> {
     const md = [
       '# Soak',
       '',
-      `${header.date}, Node ${header.node}, ${header.cpus}. Reproduce: \`${header.command}\` (\`npm run soak\` runs 600 s with these defaults).`,
+      `${header.date}, Node ${header.node}, ${header.cpus}. Reproduce: \`${reproduce(header.command)}\` (\`npm run soak\` runs 600 s with these defaults).`,
       '',
       `A controller, two zone aggregators, four \`spillway proxy\` sidecars (global backend, two per zone, each reporting to its zone's aggregator every ${INTERVAL_MS} ms) in front of one upstream, ` +
         `and an HTTP load generator (undici, keep-alive, open loop) offering ${OFFERED_RPS} rps of \`GET ${PATH}\` split ${PROXIES.map((p) => `${(p.share * 100).toFixed(0)}%`).join(' / ')} over the proxies, ` +
