@@ -1,15 +1,11 @@
 import { loadLuaScript } from './lua-script.js';
-import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptionNames, assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
+import type { RedisLimiter } from './redis-limiter.js';
+import { createWindowLimiter, type RedisWindowOptions } from './redis-window-limiter.js';
 
 export const fixedWindowScript = loadLuaScript('fixed-window');
 
-export interface RedisFixedWindowOptions extends RedisLimiterCommonOptions {
-  /** Cost admitted per window. */
-  limit: number;
-  /** Window length; windows are aligned to epoch multiples of it on the Redis clock. */
-  windowMs: number;
-}
+/** `limit`: cost admitted per window; windows are aligned to epoch multiples of `windowMs` on the Redis clock. */
+export type RedisFixedWindowOptions = RedisWindowOptions;
 
 /**
  * Fixed window: one counter per key per window, in one hash with its window start.
@@ -22,7 +18,5 @@ export interface RedisFixedWindowOptions extends RedisLimiterCommonOptions {
  * 12:00:59.95 is rejected with retryAfterMs 50; 100 more at 12:01:00.0 are admitted again.
  */
 export function createRedisFixedWindow(o: RedisFixedWindowOptions): RedisLimiter {
-  assertWindowOptionNames(o, 'createRedisFixedWindow');
-  assertWindowOptions(o?.limit, o?.windowMs);
-  return createWindowLimiter(o, { name: 'fixed-window', script: fixedWindowScript, keyTag: 'fw' });
+  return createWindowLimiter(o, fixedWindowScript, 'fw', 'createRedisFixedWindow');
 }

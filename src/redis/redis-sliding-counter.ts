@@ -1,14 +1,11 @@
 import { loadLuaScript } from './lua-script.js';
-import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptionNames, assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
+import type { RedisLimiter } from './redis-limiter.js';
+import { createWindowLimiter, type RedisWindowOptions } from './redis-window-limiter.js';
 
 export const slidingCounterScript = loadLuaScript('sliding-counter');
 
-export interface RedisSlidingCounterOptions extends RedisLimiterCommonOptions {
-  /** Cost admitted per window (estimated over a sliding window, see docs/redis-limiters.md). */
-  limit: number;
-  windowMs: number;
-}
+/** `limit`: cost admitted per window, estimated over a sliding window (docs/redis-limiters.md). */
+export type RedisSlidingCounterOptions = RedisWindowOptions;
 
 /**
  * Sliding window counter: the current fixed window's count plus the previous window's count
@@ -24,7 +21,5 @@ export interface RedisSlidingCounterOptions extends RedisLimiterCommonOptions {
  * 15 s into it: estimate = 80 * 45/60 + 30 = 90, so 10 more are admitted now.
  */
 export function createRedisSlidingCounter(o: RedisSlidingCounterOptions): RedisLimiter {
-  assertWindowOptionNames(o, 'createRedisSlidingCounter');
-  assertWindowOptions(o?.limit, o?.windowMs);
-  return createWindowLimiter(o, { name: 'sliding-counter', script: slidingCounterScript, keyTag: 'sc' });
+  return createWindowLimiter(o, slidingCounterScript, 'sc', 'createRedisSlidingCounter');
 }

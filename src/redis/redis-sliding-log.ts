@@ -1,18 +1,15 @@
 import { ErrorCode, SpillwayError } from '../core/errors.js';
 import { loadLuaScript } from './lua-script.js';
-import type { RedisLimiter, RedisLimiterCommonOptions } from './redis-limiter.js';
-import { assertWindowOptionNames, assertWindowOptions, createWindowLimiter } from './redis-window-limiter.js';
+import type { RedisLimiter } from './redis-limiter.js';
+import { createWindowLimiter, type RedisWindowOptions } from './redis-window-limiter.js';
 
 export const slidingLogScript = loadLuaScript('sliding-log');
 
 /** The largest sliding-log limit: one call's script writes up to this many members. */
 export const MAX_SLIDING_LOG_LIMIT = 100_000;
 
-export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
-  /** Cost admitted in any span of `windowMs`. */
-  limit: number;
-  windowMs: number;
-}
+/** `limit`: cost admitted in any span of `windowMs`. */
+export type RedisSlidingLogOptions = RedisWindowOptions;
 
 /**
  * Sliding window log: a sorted set with one member per admitted cost unit, scored by Redis time
@@ -29,15 +26,13 @@ export interface RedisSlidingLogOptions extends RedisLimiterCommonOptions {
  * rejected with retryAfterMs 500 (the t=0 entry leaves the window at t=1000); at t=1000 it passes.
  */
 export function createRedisSlidingLog(o: RedisSlidingLogOptions): RedisLimiter {
-  assertWindowOptionNames(o, 'createRedisSlidingLog');
-  assertWindowOptions(o?.limit, o?.windowMs);
-  const { limit } = o;
-  if (limit > MAX_SLIDING_LOG_LIMIT) {
-    throw new SpillwayError(
-      ErrorCode.InvalidLimit,
-      `limit ${limit} is over the sliding log's ${MAX_SLIDING_LOG_LIMIT} (one member per unit; use createRedisSlidingCounter)`,
-      { field: 'limit' },
-    );
-  }
-  return createWindowLimiter(o, { name: 'sliding-log', script: slidingLogScript, keyTag: 'sl' });
+  return createWindowLimiter(o, slidingLogScript, 'sl', 'createRedisSlidingLog', (limit) => {
+    if (limit > MAX_SLIDING_LOG_LIMIT) {
+      throw new SpillwayError(
+        ErrorCode.InvalidLimit,
+        `limit ${limit} is over the sliding log's ${MAX_SLIDING_LOG_LIMIT} (one member per unit; use createRedisSlidingCounter)`,
+        { field: 'limit' },
+      );
+    }
+  });
 }

@@ -44,28 +44,29 @@ export function assertWindowOptions(limit: unknown, windowMs: unknown): asserts 
 }
 
 /** What tells the window limiters apart: the script, and the tag of its key (`{prefix:key}:fw`). */
-export interface WindowAlgorithm {
-  name: string;
-  script: LuaScript;
-  keyTag: string;
-}
-
 /**
  * A window limiter (fixed window, sliding log, sliding counter): `limit` whole cost units per
- * `windowMs` (checked by `assertWindowOptions` first), one key per caller, the script called with
+ * `windowMs` (option names and values checked first, named after `factory`), one key per caller (its
+ * hash tag `keyTag`), the script called with
  * `limit, windowMs, cost`.
  */
 export function createWindowLimiter(
-  options: RedisLimiterCommonOptions & { limit: number; windowMs: number },
-  algorithm: WindowAlgorithm,
+  options: RedisWindowOptions,
+  script: LuaScript,
+  keyTag: string,
+  factory: string,
+  checkLimit?: (limit: number) => void,
 ): RedisLimiter {
+  assertWindowOptionNames(options, factory);
+  assertWindowOptions(options?.limit, options?.windowMs);
+  checkLimit?.(options.limit);
   const { limit, windowMs } = options;
   return createRedisLimiter(options, {
-    name: algorithm.name,
-    script: algorithm.script,
+    name: script.name,
+    script,
     limit,
     integerCost: true,
-    keys: (prefix, key) => [redisKey(prefix, key, algorithm.keyTag)],
+    keys: (prefix, key) => [redisKey(prefix, key, keyTag)],
     args: (cost) => [limit, windowMs, cost],
   });
 }

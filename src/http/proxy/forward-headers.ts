@@ -98,7 +98,7 @@ export function upstreamRequestHeaders(
   // Own fields only (never anything inherited), without an [name, value] array per field.
   for (const name of Object.keys(headers)) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
+    if (value === undefined || !endToEnd(name, named)) continue;
     if (name === 'expect' || name === 'host' || name === 'forwarded') continue;
     if (name === 'x-forwarded-for' || name === 'x-forwarded-proto' || name === 'x-forwarded-host') continue;
     if (!facts.peerTrusted && isProxyClaim(name)) continue;
@@ -129,8 +129,7 @@ export function clientResponseHeaders(
   const out: Record<string, string | string[]> = {};
   for (const name of Object.keys(headers)) {
     const value = headers[name];
-    if (value === undefined || HOP_BY_HOP.has(name) || named?.has(name)) continue;
-    out[name] = value;
+    if (value !== undefined && endToEnd(name, named)) out[name] = value;
   }
   return out;
 }
@@ -164,4 +163,9 @@ function joinValues(value: string | string[] | undefined): string | undefined {
   if (value === undefined) return undefined;
   const text = Array.isArray(value) ? value.join(', ') : value;
   return text.trim() === '' ? undefined : text;
+}
+
+/** A field that goes on to the next hop: not hop-by-hop, and not named by `Connection` (RFC 9110 §7.6.1). */
+function endToEnd(name: string, connectionNamed: ReadonlySet<string> | undefined): boolean {
+  return !HOP_BY_HOP.has(name) && connectionNamed?.has(name) !== true;
 }
