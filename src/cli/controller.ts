@@ -1,6 +1,4 @@
-import { readFile } from 'node:fs/promises';
 import { hostname } from 'node:os';
-import { parseLimitsConfig } from '../config/limits-config.js';
 import { createController } from '../control/controller.js';
 import { createAutoTuner } from '../control/tuning/auto-tuner.js';
 import type { HistoryStore } from '../control/tuning/history-store.js';
@@ -8,7 +6,7 @@ import { createPeakRecorder, type PeakRecorder } from '../control/tuning/peak-re
 import { createSqliteHistoryStore } from '../control/tuning/sqlite-history-store.js';
 import { createTuningSuggestions } from '../control/tuning/tuning-suggestions.js';
 import { systemScheduler } from '../core/clock.js';
-import { ErrorCode, SpillwayError } from '../core/errors.js';
+import type { SpillwayError } from '../core/errors.js';
 import { createAdminActions } from '../dashboard/admin-actions.js';
 import { createAdminOverrides } from '../dashboard/admin-overrides.js';
 import { MIN_ADMIN_TOKEN_LENGTH } from '../dashboard/admin-token.js';
@@ -32,6 +30,7 @@ import {
   usageError,
 } from './command-line.js';
 import { watchFile } from './file-watcher.js';
+import { LIMITS_FORMAT_FLAG, limitsFormatFromFlags, readLimitsSource } from './limits-source.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
 import { REPORTER_CAP_FLAGS, reporterCapFromFlags } from './reporter-cap-flags.js';
 import {
@@ -51,6 +50,7 @@ export const spec: CommandSpec = {
     'offered load reported by aggregators (or hosts) and answers their reports with directives.',
   flags: {
     config: { type: 'string', valueName: 'limits.yaml', description: 'the limits file', required: true },
+    ...LIMITS_FORMAT_FLAG,
     listen: {
       type: 'string',
       valueName: 'host:port',
@@ -222,9 +222,16 @@ export function run(argv: string[]): Promise<number> {
     const zoneTokens = await readZoneTokens(values, authToken);
     const tls = await readServerTls(values, { caIsForClients: true });
     const reporterCap = reporterCapFromFlags(values);
-    const configText = await readConfigText(configPath);
+    const configFormat = limitsFormatFromFlags(values);
+    const source = await readLimitsSource(configPath, configFormat);
+    if (autoTune && source.format === 'envoy-ratelimit') {
+      throw usageError('--auto-tune rewrites Spillway limits files, not envoyproxy/ratelimit ones', {
+        flag: 'auto-tune',
+      });
+    }
+    const configText = source.text;
     // What the file says, with the dashboard's admin overrides on top: what the controller runs.
-    const overrides = createAdminOverrides(parseLimitsConfig(configText, configPath));
+    const overrides = createAdminOverrides(source.parse());
     let dashboard: DashboardServer | undefined;
     // Opened before serving: a history file that cannot be opened is a startup error, not a silent gap.
     let history: HistoryStore | undefined;
@@ -271,7 +278,8 @@ export function run(argv: string[]): Promise<number> {
       }
       reloading = (async () => {
         try {
-          const text = await readConfigText(configPath);
+          const next = await readLimitsSource(configPath, configFormat);
+          const text = next.text;
           // The watcher reports every change in the file's directory (editors fire several events
           // per save; a log or history file beside it, many a second): text already tried is not a
           // reload. Compared with the last attempt, not the last success, so a file put back as it
@@ -279,7 +287,7 @@ export function run(argv: string[]): Promise<number> {
           // a broken file is tried once, not on every write beside it.
           if (trigger !== 'SIGHUP' && text === attemptedText) return;
           attemptedText = text;
-          const config = parseLimitsConfig(text, configPath);
+          const config = next.parse();
           const { dropped } = overrides.replaceFile(config);
           controller.updateConfig(overrides.effective());
           if (dropped.length > 0)
@@ -362,7 +370,7 @@ export function run(argv: string[]): Promise<number> {
         ? createAutoTuner({ store: history, configPath, logger, onApplied: () => reload('tune') })
         : undefined;
     autoTuner?.start();
-    const watcher = watchFile(configPath, () => reload('file'), {
+    const watcher = watchFile(source.watchPath, () => reload('file'), {
       onError: (error) =>
         logger.warn(
           { file: configPath, err: error.message },
@@ -394,17 +402,4 @@ export function run(argv: string[]): Promise<number> {
     });
     return 0;
   });
-}
-
-async function readConfigText(path: string): Promise<string> {
-  try {
-    return await readFile(path, 'utf8');
-  } catch (error) {
-    throw new SpillwayError(
-      ErrorCode.InvalidConfig,
-      `${path}: cannot read limits file: ${(error as Error).message}`,
-      { file: path },
-      { cause: error },
-    );
-  }
 }
