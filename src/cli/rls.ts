@@ -172,6 +172,8 @@ export const spec: CommandSpec = {
 };
 
 type BackendName = 'global' | 'redis' | 'local';
+/** How long startup waits for Redis before serving anyway (on the fail policy). */
+const REDIS_READY_TIMEOUT_MS = 5_000;
 type ReloadTrigger = 'SIGHUP' | 'file';
 
 export function run(argv: string[]): Promise<number> {
@@ -377,6 +379,20 @@ async function buildBackend(
       lastErrorLogMs = Date.now();
       logger.warn({ err: error.message }, 'rls: Redis connection error');
     });
+    // Serve once connected when Redis is there: calls before that would all go to the fail policy.
+    const ready = await new Promise<boolean>((resolve) => {
+      const timer = setTimeout(() => resolve(false), REDIS_READY_TIMEOUT_MS);
+      redis.once('ready', () => {
+        clearTimeout(timer);
+        resolve(true);
+      });
+    });
+    if (!ready) {
+      logger.warn(
+        { timeoutMs: REDIS_READY_TIMEOUT_MS },
+        'rls: Redis not connected yet; serving, calls go to the fail policy until it is',
+      );
+    }
     const built = createRedisBackend({
       redis: ioredisAdapter(redis),
       prefix: stringFlag(values, 'redis-prefix') ?? 'spillway:rls',
