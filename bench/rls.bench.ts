@@ -19,9 +19,20 @@
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { create, toBinary } from '@bufbuild/protobuf';
+import { create, fromBinary, toBinary } from '@bufbuild/protobuf';
 import { Redis } from 'ioredis';
-import { RateLimitRequestSchema } from '../src/gen/envoy/service/ratelimit/v3/rls_pb.js';
+import { compileRateLimits } from '../src/envoy/descriptor-rules.js';
+import { createGlobalBackend } from '../src/envoy/global-backend.js';
+import { createRateLimitService } from '../src/envoy/rate-limit-service.js';
+import { parseRateLimitConfig } from '../src/envoy/ratelimit-config.js';
+import { createRedisBackend } from '../src/envoy/redis-backend.js';
+import type { RlsBackend } from '../src/envoy/rls-backend.js';
+import {
+  RateLimitRequestSchema,
+  RateLimitResponseSchema,
+} from '../src/gen/envoy/service/ratelimit/v3/rls_pb.js';
+import { createGlobalLimiter } from '../src/global/global-limiter.js';
+import { ioredisAdapter } from '../src/redis/redis-script-client.js';
 import { createRlsClient, type RlsClient } from '../test/envoy/rls-client.js';
 import { redisServerAvailable, startRedis } from '../test/helpers/redis-server.js';
 import { type SpillwayProcess, startSpillway, stopSpillway } from '../test/integration/spillway-process.js';
@@ -118,7 +129,7 @@ async function throughput(
 async function latency(
   contender: Contender,
   rate: number,
-): Promise<{ p50Ms: number; p99Ms: number; sent: number; errors: number }> {
+): Promise<{ p50Ms: number; p99Ms: number; sent: number; errors: number; answeredPerS: number }> {
   const latencies: number[] = [];
   let errors = 0;
   let sent = 0;
@@ -153,7 +164,57 @@ async function latency(
   latencies.sort((a, b) => a - b);
   const at = (q: number) =>
     latencies[Math.min(latencies.length - 1, Math.floor(q * latencies.length))] ?? Number.NaN;
-  return { p50Ms: at(0.5), p99Ms: at(0.99), sent, errors };
+  return {
+    p50Ms: at(0.5),
+    p99Ms: at(0.99),
+    sent,
+    errors,
+    answeredPerS: latencies.length / ((performance.now() - startedMs) / 1000),
+  };
+}
+
+/**
+ * The decision alone, in this process, without gRPC: decode, ShouldRateLimit, encode; IN_FLIGHT at
+ * once for the Redis backend. CPU of this process (and of redis-server, given) per call.
+ */
+async function inProcess(
+  backend: RlsBackend,
+  extraCpuSeconds?: () => Promise<number>,
+): Promise<{ perCore: number; perCoreWithExtra?: number }> {
+  const service = createRateLimitService({
+    limits: compileRateLimits([parseRateLimitConfig(CONFIG, 'bench.yaml')]),
+    backend,
+  });
+  const one = async (i: number) => {
+    const response = await service.shouldRateLimit(
+      fromBinary(RateLimitRequestSchema, requests[i % ADDRESSES]!),
+    );
+    toBinary(RateLimitResponseSchema, response);
+  };
+  const run = async (ms: number) => {
+    let calls = 0;
+    const deadline = performance.now() + ms;
+    await Promise.all(
+      Array.from({ length: IN_FLIGHT }, async (_, lane) => {
+        for (let i = lane; performance.now() < deadline; i += IN_FLIGHT) {
+          await one(i);
+          calls++;
+        }
+      }),
+    );
+    return calls;
+  };
+  await run(Math.min(1_000, DURATION_MS));
+  const cpu = process.cpuUsage();
+  const extraBefore = (await extraCpuSeconds?.()) ?? 0;
+  const calls = await run(DURATION_MS);
+  const used = process.cpuUsage(cpu);
+  const seconds = (used.user + used.system) / 1e6;
+  const extra = extraCpuSeconds ? (await extraCpuSeconds()) - extraBefore : undefined;
+  return {
+    perCore: calls / seconds,
+    ...(extra !== undefined ? { perCoreWithExtra: calls / (seconds + extra) } : {}),
+  };
 }
 
 async function main(): Promise<void> {
@@ -281,11 +342,44 @@ async function main(): Promise<void> {
           `p99 ${atTarget.p99Ms.toFixed(3)} ms at ${TARGET_RATE}/s`,
       );
     }
+    const decideOnly: { name: string; perCore: number; perCoreWithRedis?: number }[] = [];
+    const globalLimiter = createGlobalLimiter({ reporterId: 'bench', clients: [] });
+    for (let round = 0; round < ROUNDS; round++) {
+      const global = await inProcess(createGlobalBackend(globalLimiter));
+      decideOnly.push({ name: 'global', perCore: global.perCore });
+      if (redis && info) {
+        const client = new Redis(redis.url);
+        const redisInfo = info;
+        const measured = await inProcess(
+          createRedisBackend({ redis: ioredisAdapter(client), prefix: `bench${round}`, timeoutMs: 1_000 }),
+          async () => {
+            const text = await redisInfo.info('cpu');
+            const value = (field: string) => Number(new RegExp(`${field}:([\\d.]+)`).exec(text)?.[1] ?? 0);
+            return value('used_cpu_sys') + value('used_cpu_user');
+          },
+        );
+        client.disconnect();
+        decideOnly.push({
+          name: 'redis',
+          perCore: measured.perCore,
+          perCoreWithRedis: measured.perCoreWithExtra!,
+        });
+      }
+    }
+    await globalLimiter.stop();
+    const decide = (name: string, field: 'perCore' | 'perCoreWithRedis') =>
+      median(decideOnly.filter((d) => d.name === name).map((d) => d[field] ?? Number.NaN));
+    const decideRows = {
+      global: decide('global', 'perCore'),
+      redis: decide('redis', 'perCore'),
+      redisWithServer: decide('redis', 'perCoreWithRedis'),
+    };
+    console.log(`decide only, calls/s per core: ${JSON.stringify(decideRows)}`);
     if (SMOKE) {
       console.log('BENCH_SMOKE=1: nothing written');
       return;
     }
-    writeResults(rows, median(perCoreWithRedis.length > 0 ? perCoreWithRedis : [Number.NaN]));
+    writeResults(rows, median(perCoreWithRedis.length > 0 ? perCoreWithRedis : [Number.NaN]), decideRows);
   } finally {
     for (const contender of contenders) contender.client.close();
     info?.disconnect();
@@ -301,11 +395,15 @@ type Row = {
   perCoreRounds: number[];
   wallCallsPerS: number;
   halfRate: number;
-  half: { p50Ms: number; p99Ms: number; sent: number; errors: number };
-  atTarget: { p50Ms: number; p99Ms: number; sent: number; errors: number };
+  half: { p50Ms: number; p99Ms: number; sent: number; errors: number; answeredPerS: number };
+  atTarget: { p50Ms: number; p99Ms: number; sent: number; errors: number; answeredPerS: number };
 };
 
-function writeResults(rows: Row[], redisPerCoreWithServer: number): void {
+function writeResults(
+  rows: Row[],
+  redisPerCoreWithServer: number,
+  decideOnly: { global: number; redis: number; redisWithServer: number },
+): void {
   const by = (name: string) => rows.find((r) => r.name === name);
   const global = by('global')!;
   const control = by('global (A/A)')!;
@@ -333,6 +431,7 @@ function writeResults(rows: Row[], redisPerCoreWithServer: number): void {
     settings: { ROUNDS, DURATION_MS, IN_FLIGHT, LATENCY_MS, TARGET_RATE, ADDRESSES },
     rows,
     redisPerCoreWithServer,
+    decideOnly,
     globalOverRedisPerCore: ratio,
     aaSpread,
     targets: { throughput: throughputVerdict, latency: latencyVerdict },
@@ -348,20 +447,36 @@ function writeResults(rows: Row[], redisPerCoreWithServer: number): void {
     `Settings: ${ROUNDS} rounds, ${DURATION_MS} ms of ${IN_FLIGHT} calls in flight per contender and round, ` +
       `latency runs of ${LATENCY_MS} ms; two descriptors per call (a fixed bucket and one of ${ADDRESSES} client addresses), both over their limits.`,
     'Calls/s per core: calls answered / CPU-seconds of the `spillway rls` process (/proc utime + stime).',
-    'Latency: open loop from this process, send to answer, client included.',
+    'Latency: open loop from this process, send to answer, client included; "answered" is the rate the run',
+    'achieved (calls answered per second of the run): below the asked rate, the generator or the machine was',
+    'the limit and the latency is queueing, not the server.',
     '',
-    '| backend | calls/s per core (median) | rounds | calls/s wall (median) | p50 / p99 at half the per-core rate | p50 / p99 at 5,000 calls/s |',
+    '| backend | calls/s per core (median) | rounds | calls/s wall (median) | p50 / p99 at half the per-core rate (answered) | p50 / p99 at 5,000 calls/s (answered) |',
     '| --- | ---: | --- | ---: | --- | --- |',
     ...rows.map(
       (r) =>
         `| ${r.name} | ${fmt(r.perCore)} | ${r.perCoreRounds.map((v) => fmt(v)).join(', ')} | ${fmt(r.wallCallsPerS)} | ` +
-        `${fmt(r.half.p50Ms, 3)} / ${fmt(r.half.p99Ms, 3)} ms at ${r.halfRate}/s | ${fmt(r.atTarget.p50Ms, 3)} / ${fmt(r.atTarget.p99Ms, 3)} ms |`,
+        `${fmt(r.half.p50Ms, 3)} / ${fmt(r.half.p99Ms, 3)} ms at ${r.halfRate}/s (${fmt(r.half.answeredPerS)}/s) | ` +
+        `${fmt(r.atTarget.p50Ms, 3)} / ${fmt(r.atTarget.p99Ms, 3)} ms (${fmt(r.atTarget.answeredPerS)}/s) |`,
     ),
     '',
     `Redis backend with redis-server's CPU added: ${fmt(redisPerCoreWithServer)} calls/s per core.`,
     '',
     `Global over Redis, calls/s per core: ${fmt(ratio, 2)}x (target >= 3x): **${throughputVerdict}**. ` +
       `A/A spread between the two identical global servers: ${fmt(100 * aaSpread, 1)}%.`,
+    '',
+    '## The decision alone (no gRPC)',
+    '',
+    'Decode, ShouldRateLimit and encode in the bench process, IN_FLIGHT at once; CPU of this process per call',
+    "(for Redis, also with redis-server's CPU added). What the backend choice changes, without the RPC layer both share.",
+    '',
+    '| backend | calls/s per core | with redis-server CPU |',
+    '| --- | ---: | ---: |',
+    `| global | ${fmt(decideOnly.global)} | |`,
+    `| redis | ${fmt(decideOnly.redis)} | ${fmt(decideOnly.redisWithServer)} |`,
+    '',
+    `Global over Redis, decision alone: ${fmt(decideOnly.global / decideOnly.redis, 2)}x ` +
+      `(${fmt(decideOnly.global / decideOnly.redisWithServer, 2)}x with redis-server's CPU).`,
     '',
     `p99 at 5,000 calls/s on the global backend (target <= 1 ms): ${p99s.map((p) => `${fmt(p, 3)} ms`).join(' and ')} ` +
       `(the A/A pair): **${latencyVerdict}**.`,
