@@ -1,49 +1,40 @@
 import { stat } from 'node:fs/promises';
 import { hostname } from 'node:os';
 import { join } from 'node:path';
-import { Redis } from 'ioredis';
-import { ErrorCode, SpillwayError } from '../core/errors.js';
+import type { SpillwayError } from '../core/errors.js';
 import { compileRateLimits } from '../envoy/descriptor-rules.js';
 import { startEnvoyGrpcServer } from '../envoy/envoy-grpc-server.js';
-import { createGlobalBackend } from '../envoy/global-backend.js';
-import { createLocalBackend } from '../envoy/local-backend.js';
+import { quotaStreamHandler } from '../envoy/quota-grpc.js';
+import { createQuotaService, type QuotaService } from '../envoy/quota-service.js';
 import { createRateLimitService } from '../envoy/rate-limit-service.js';
 import { loadRateLimitConfig } from '../envoy/ratelimit-config.js';
-import { createRedisBackend } from '../envoy/redis-backend.js';
 import { DEFAULT_REQUEST_BOUNDS } from '../envoy/request-bounds.js';
-import type { RlsBackend } from '../envoy/rls-backend.js';
 import { RlsStats } from '../envoy/rls-stats.js';
-import { createGlobalLimiter, DEFAULT_MAX_BUCKETS, type GlobalLimiter } from '../global/global-limiter.js';
-import { addLimiterMetrics } from '../ops/limiter-metrics.js';
-import { createLogger, type Logger, logListening, parseLogLevel } from '../ops/logger.js';
-import { createMetrics, type SpillwayMetrics } from '../ops/metrics.js';
+import { createLogger, logListening, parseLogLevel } from '../ops/logger.js';
+import { createMetrics } from '../ops/metrics.js';
 import { startOpsServer } from '../ops/ops-server.js';
 import { createReloadMetrics } from '../ops/reload-metrics.js';
-import { addRlsMetrics } from '../ops/rls-metrics.js';
-import { ioredisAdapter } from '../redis/redis-script-client.js';
-import type { ControlClient } from '../transport/control-transport.js';
+import { addQuotaMetrics, addRlsMetrics } from '../ops/rls-metrics.js';
 import { allowedHostsFromFlag, OPS_ALLOWED_HOST_FLAGS } from './allowed-host-flags.js';
 import { BUCKET_SERIES_FLAGS, maxBucketSeriesFromFlags } from './bucket-series-flag.js';
-import {
-  type CommandSpec,
-  type FlagValues,
-  listFlag,
-  numberFlag,
-  parseHostPort,
-  parseTargets,
-  runCommand,
-  stringFlag,
-  usageError,
-} from './command-line.js';
+import { type CommandSpec, numberFlag, parseHostPort, runCommand, stringFlag } from './command-line.js';
 import { watchFile } from './file-watcher.js';
-import { createParentClients } from './parent-clients.js';
 import { shutdownWithin, waitForShutdown } from './process-lifecycle.js';
-import { AUTH_TOKEN_FLAGS, readAuthToken, readClientTls, TLS_CLIENT_FLAGS } from './transport-security.js';
+import { RLQS_FLAGS, rlqsOptionsFromFlags } from './rlqs-flags.js';
+import {
+  BACKEND_FLAGS,
+  buildBackend,
+  checkBackendFlags,
+  type LimiterHooks,
+  oneOf,
+} from './rls-backend-flags.js';
+import { AUTH_TOKEN_FLAGS, TLS_CLIENT_FLAGS } from './transport-security.js';
 
 export const spec: CommandSpec = {
   name: 'rls',
   summary:
-    "Serve Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit) from an " +
+    "Serve Envoy's rate limit service (envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit, and with " +
+    'the global backend its quota service, RLQS) from an ' +
     'envoyproxy/ratelimit configuration file, read unchanged, deciding in process as a data-plane host of the ' +
     'global rate limiter (or on Redis, or locally). docs/envoy.md.',
   flags: {
@@ -67,63 +58,8 @@ export const spec: CommandSpec = {
     },
     ...OPS_ALLOWED_HOST_FLAGS,
     ...BUCKET_SERIES_FLAGS,
-    backend: {
-      type: 'string',
-      valueName: 'global|redis|local',
-      description:
-        "global: decide in process from the controller's drop ratios; redis: a Redis round trip per descriptor " +
-        '(exact counts across instances); local: exact counts in this process alone',
-      defaultText: 'global',
-    },
-    aggregator: {
-      type: 'string',
-      multiple: true,
-      valueName: 'host:port[,host:port...]',
-      description: 'zone aggregators, in failover order (backend global)',
-    },
-    zone: {
-      type: 'string',
-      valueName: 'zone',
-      description: 'zone this instance reports as (backend global)',
-    },
-    region: { type: 'string', valueName: 'region', description: 'region this instance reports as' },
-    'interval-ms': {
-      type: 'string',
-      valueName: 'ms',
-      description: 'report interval until a reply sets one (backend global)',
-      defaultText: '1000',
-    },
-    'report-timeout-ms': {
-      type: 'string',
-      valueName: 'ms',
-      description: 'per-report deadline (backend global)',
-      defaultText: 'half the interval',
-    },
-    'max-buckets': {
-      type: 'string',
-      valueName: 'n',
-      description: 'buckets held at once (backend global); calls for new keys past it are admitted uncounted',
-      defaultText: String(DEFAULT_MAX_BUCKETS),
-    },
-    'redis-url': { type: 'string', valueName: 'redis://host:port', description: 'Redis (backend redis)' },
-    'redis-prefix': {
-      type: 'string',
-      valueName: 'prefix',
-      description: 'Redis key prefix',
-      defaultText: 'spillway:rls',
-    },
-    'redis-timeout-ms': {
-      type: 'string',
-      valueName: 'ms',
-      description: 'longest wait for Redis per descriptor; past it the fail policy answers',
-      defaultText: '100',
-    },
-    'redis-fail': {
-      type: 'string',
-      valueName: 'open|closed',
-      description: 'what a descriptor gets when Redis fails or is late: OK (open) or OVER_LIMIT (closed)',
-      defaultText: 'open',
-    },
+    ...BACKEND_FLAGS,
+    ...RLQS_FLAGS,
     'response-headers': {
       type: 'boolean',
       description:
@@ -171,9 +107,6 @@ export const spec: CommandSpec = {
   ],
 };
 
-type BackendName = 'global' | 'redis' | 'local';
-/** How long startup waits for Redis before serving anyway (on the fail policy). */
-const REDIS_READY_TIMEOUT_MS = 5_000;
 type ReloadTrigger = 'SIGHUP' | 'file';
 
 export function run(argv: string[]): Promise<number> {
@@ -191,6 +124,7 @@ export function run(argv: string[]): Promise<number> {
       integer: true,
     });
     checkBackendFlags(values, backendName);
+    const rlqsOptions = rlqsOptionsFromFlags(values, backendName);
     const id = stringFlag(values, 'id') ?? `rls-${hostname()}-${process.pid}`;
     const logger = createLogger({
       component: 'rls',
@@ -211,7 +145,13 @@ export function run(argv: string[]): Promise<number> {
     const stats = new RlsStats(maxBucketSeries);
     addRlsMetrics(metrics, stats);
     const reloads = createReloadMetrics(metrics.registry, 'spillway_config');
-    const built = await buildBackend(values, backendName, { id, logger, metrics, maxBucketSeries });
+    // RLQS records its streams' usage into the limiter's report windows, through these.
+    let quota: QuotaService | undefined;
+    const hooks: LimiterHooks = {
+      onWindowClose: (nowMs) => quota?.onWindowClose(nowMs),
+      hostCount: () => 1 + (quota?.streamCount ?? 0),
+    };
+    const built = await buildBackend(values, backendName, { id, logger, metrics, maxBucketSeries, hooks });
     const service = createRateLimitService({
       limits,
       backend: built.backend,
@@ -221,10 +161,21 @@ export function run(argv: string[]): Promise<number> {
       bounds: { maxDescriptors },
       stats,
     });
+    if (built.limiter) {
+      quota = createQuotaService({
+        limiter: built.limiter,
+        limits: () => service.limits,
+        intervalMs: built.intervalMs,
+        unknownDomain,
+        ...rlqsOptions,
+      });
+      addQuotaMetrics(metrics, quota.stats);
+    }
     const server = await startEnvoyGrpcServer({
       host: listen.host,
       port: listen.port,
       rls: service,
+      ...(quota ? { rlqs: quotaStreamHandler(quota, { onMalformed: () => stats.refuse('malformed') }) } : {}),
       onMalformed: () => stats.refuse('malformed'),
       onError: (error, { peer }) => logger.error({ peer, err: String(error) }, 'ShouldRateLimit failed'),
     });
@@ -294,6 +245,7 @@ export function run(argv: string[]): Promise<number> {
       },
     });
     built.limiter?.start();
+    quota?.start();
     const watchPath = (await stat(configPath)).isDirectory()
       ? join(configPath, 'ratelimit.yaml')
       : configPath;
@@ -305,6 +257,7 @@ export function run(argv: string[]): Promise<number> {
       grpc: server.address,
       ops: opsServer.address,
       backend: backendName,
+      rlqs: quota !== undefined,
       config: configPath,
       domains: [...limits.domains.keys()],
       rules: limits.rules.length,
@@ -314,6 +267,7 @@ export function run(argv: string[]): Promise<number> {
     await stopRequested;
     await shutdownWithin(logger, 10_000, async () => {
       watcher.close();
+      quota?.stop();
       await server.close();
       await built.backend.close();
       for (const client of built.clients) client.close();
@@ -323,124 +277,4 @@ export function run(argv: string[]): Promise<number> {
     });
     return 0;
   });
-}
-
-function oneOf<T extends string>(values: FlagValues, flag: string, allowed: readonly T[], fallback: T): T {
-  const value = stringFlag(values, flag) ?? fallback;
-  if (!(allowed as readonly string[]).includes(value)) {
-    throw usageError(`--${flag} must be one of ${allowed.join(', ')}, got '${value}'`, { flag });
-  }
-  return value as T;
-}
-
-const GLOBAL_ONLY = ['aggregator', 'zone', 'region', 'interval-ms', 'report-timeout-ms', 'max-buckets'];
-const REDIS_ONLY = ['redis-url', 'redis-prefix', 'redis-timeout-ms', 'redis-fail'];
-
-function checkBackendFlags(values: FlagValues, backend: BackendName): void {
-  const given = (flag: string) => values[flag] !== undefined;
-  if (backend === 'global') {
-    if (listFlag(values, 'aggregator').length === 0)
-      throw usageError('--backend global needs --aggregator', { flag: 'aggregator' });
-    if (!given('zone')) throw usageError('--backend global needs --zone', { flag: 'zone' });
-  } else {
-    const stray = GLOBAL_ONLY.find(given);
-    if (stray) throw usageError(`--${stray} is for --backend global`, { flag: stray });
-  }
-  if (backend === 'redis') {
-    if (!given('redis-url')) throw usageError('--backend redis needs --redis-url', { flag: 'redis-url' });
-  } else {
-    const stray = REDIS_ONLY.find(given);
-    if (stray) throw usageError(`--${stray} is for --backend redis`, { flag: stray });
-  }
-}
-
-interface BuiltBackend {
-  backend: RlsBackend;
-  limiter: GlobalLimiter | undefined;
-  clients: ControlClient[];
-}
-
-async function buildBackend(
-  values: FlagValues,
-  backend: BackendName,
-  context: { id: string; logger: Logger; metrics: SpillwayMetrics; maxBucketSeries: number },
-): Promise<BuiltBackend> {
-  const { id, logger, metrics } = context;
-  if (backend === 'local') return { backend: createLocalBackend(), limiter: undefined, clients: [] };
-  if (backend === 'redis') {
-    const redis = new Redis(stringFlag(values, 'redis-url')!, {
-      enableOfflineQueue: false,
-      maxRetriesPerRequest: 0,
-      autoResendUnfulfilledCommands: false,
-    });
-    let lastErrorLogMs = 0;
-    redis.on('error', (error: Error) => {
-      if (Date.now() - lastErrorLogMs < 10_000) return;
-      lastErrorLogMs = Date.now();
-      logger.warn({ err: error.message }, 'rls: Redis connection error');
-    });
-    // Serve once connected when Redis is there: calls before that would all go to the fail policy.
-    const ready = await new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => resolve(false), REDIS_READY_TIMEOUT_MS);
-      redis.once('ready', () => {
-        clearTimeout(timer);
-        resolve(true);
-      });
-    });
-    if (!ready) {
-      logger.warn(
-        { timeoutMs: REDIS_READY_TIMEOUT_MS },
-        'rls: Redis not connected yet; serving, calls go to the fail policy until it is',
-      );
-    }
-    const built = createRedisBackend({
-      redis: ioredisAdapter(redis),
-      prefix: stringFlag(values, 'redis-prefix') ?? 'spillway:rls',
-      timeoutMs: numberFlag(values, 'redis-timeout-ms', 100, { min: 1, max: 60_000 }),
-      failPolicy: oneOf(values, 'redis-fail', ['open', 'closed'] as const, 'open'),
-      logger,
-      onClose: async () => {
-        redis.disconnect();
-      },
-    });
-    return { backend: built, limiter: undefined, clients: [] };
-  }
-  const targets = parseTargets('aggregator', listFlag(values, 'aggregator'));
-  const intervalMs = numberFlag(values, 'interval-ms', 1000, { min: 50 });
-  const reportTimeoutMs = stringFlag(values, 'report-timeout-ms')
-    ? numberFlag(values, 'report-timeout-ms', 0, { min: 1 })
-    : undefined;
-  const maxBuckets = numberFlag(values, 'max-buckets', DEFAULT_MAX_BUCKETS, {
-    min: 1,
-    max: 10_000_000,
-    integer: true,
-  });
-  const clients = await createParentClients(targets, {
-    authToken: await readAuthToken(values),
-    tls: await readClientTls(values),
-    intervalMs,
-    metrics,
-    logger,
-    thread: 'worker',
-  });
-  let limiter: GlobalLimiter;
-  try {
-    limiter = createGlobalLimiter({
-      reporterId: id,
-      zone: stringFlag(values, 'zone')!,
-      region: stringFlag(values, 'region'),
-      clients,
-      intervalMs,
-      reportTimeoutMs,
-      maxBuckets,
-      logger,
-    });
-  } catch (error) {
-    for (const client of clients) client.close();
-    if (error instanceof SpillwayError && error.code === ErrorCode.InvalidOption)
-      throw usageError(error.message);
-    throw error;
-  }
-  addLimiterMetrics(metrics, limiter, { maxBucketSeries: context.maxBucketSeries });
-  return { backend: createGlobalBackend(limiter), limiter, clients };
 }

@@ -1,3 +1,4 @@
+import type { QuotaStats } from '../envoy/quota-service.js';
 import type { RlsStats } from '../envoy/rls-stats.js';
 import type { Sample, SpillwayMetrics } from './metrics.js';
 
@@ -58,6 +59,59 @@ export function addRlsMetrics(metrics: SpillwayMetrics, stats: RlsStats): void {
         help: 'Descriptors the backend could not count (Redis down or slow, a full local table); its fault policy answered.',
         type: 'counter',
         samples: (s) => [[{}, s.backendFaults]],
+      },
+    ],
+  );
+}
+
+/** RLQS (StreamRateLimitQuotas) series of `spillway rls`, read from the quota service's counters. */
+export function addQuotaMetrics(metrics: SpillwayMetrics, stats: QuotaStats): void {
+  metrics.addSnapshotMetrics(
+    () => stats,
+    [
+      {
+        name: 'spillway_rlqs_streams',
+        help: 'RLQS streams open now (one per Envoy).',
+        type: 'gauge',
+        samples: (s) => [[{}, s.streamsOpen]],
+      },
+      {
+        name: 'spillway_rlqs_streams_opened_total',
+        help: 'RLQS streams opened.',
+        type: 'counter',
+        samples: (s) => [[{}, s.streamsOpened]],
+      },
+      {
+        name: 'spillway_rlqs_streams_refused_total',
+        help: 'RLQS streams ended by this process with an error status, by reason (invalid_time_elapsed, too_many_buckets, silent...).',
+        type: 'counter',
+        labelNames: ['reason'],
+        samples: (s) => [...s.refused].map(([reason, count]): Sample => [{ reason }, count]),
+      },
+      {
+        name: 'spillway_rlqs_buckets',
+        help: 'BucketIds tracked over every open stream.',
+        type: 'gauge',
+        samples: (s) => [[{}, s.buckets]],
+      },
+      {
+        name: 'spillway_rlqs_assignments_total',
+        help: 'Quota assignments sent, by strategy (allow, deny, token-bucket, per-time-unit).',
+        type: 'counter',
+        labelNames: ['strategy'],
+        samples: (s) => [...s.assignments].map(([strategy, count]): Sample => [{ strategy }, count]),
+      },
+      {
+        name: 'spillway_rlqs_assignment_changes_total',
+        help: "Assignments that changed an Envoy's strategy (it starts a new, full token bucket).",
+        type: 'counter',
+        samples: (s) => [[{}, s.changes]],
+      },
+      {
+        name: 'spillway_rlqs_abandons_total',
+        help: 'Buckets abandoned: not reported past their assignment TTL.',
+        type: 'counter',
+        samples: (s) => [[{}, s.abandons]],
       },
     ],
   );
