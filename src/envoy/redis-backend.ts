@@ -2,6 +2,9 @@ import { createRedisFixedWindow } from '../redis/redis-fixed-window.js';
 import type { RedisLimiter, RedisLimiterCommonOptions } from '../redis/redis-limiter.js';
 import type { DescriptorOutcome, RlsBackend, WindowLimit } from './rls-backend.js';
 
+/** Distinct (requests_per_unit, unit) pairs held at once. */
+const MAX_LIMITERS = 1_000;
+
 export type RedisBackendOptions = Omit<RedisLimiterCommonOptions, 'maxKeyLength'> & {
   /** Called by close(), e.g. to quit the client. */
   onClose?: () => Promise<void>;
@@ -16,11 +19,14 @@ export type RedisBackendOptions = Omit<RedisLimiterCommonOptions, 'maxKeyLength'
 export function createRedisBackend(options: RedisBackendOptions): RlsBackend & {
   readonly limiters: number;
 } {
+  // Keyed by limit: a request's own limit can be any (requests_per_unit, unit), so the table is
+  // bounded, oldest first out (a limiter holds no counts; Redis does).
   const limiters = new Map<string, RedisLimiter>();
   const limiterFor = (limit: WindowLimit): RedisLimiter => {
     const id = `${limit.requestsPerUnit}/${limit.unitSeconds}`;
     let limiter = limiters.get(id);
     if (limiter === undefined) {
+      if (limiters.size >= MAX_LIMITERS) limiters.delete(limiters.keys().next().value!);
       limiter = createRedisFixedWindow({
         ...options,
         limit: limit.requestsPerUnit,
