@@ -5,6 +5,7 @@ import { describe, it } from 'node:test';
 import { parse } from 'yaml';
 import { compileLimits, matchBucket } from '../src/config/compile-limits.js';
 import { parseLimitsConfig } from '../src/config/limits-config.js';
+import { parseRateLimitConfig } from '../src/envoy/ratelimit-config.js';
 import { parseProxyRules } from '../src/http/rules/proxy-rules.js';
 import { parseScenario } from '../src/sim/scenario.js';
 import { exportedMetricNames, isExported } from './deploy/exported-metrics.js';
@@ -54,6 +55,14 @@ function load(body: string, file: string): void {
     parseScenario(doc, file);
   } else if ('buckets' in doc) {
     parseLimitsConfig(missing({ version: '1' }, doc) + body, file);
+  } else if ('domain' in doc) {
+    parseRateLimitConfig(body, file);
+  } else if ('static_resources' in doc || doc.kind === 'EnvoyFilter') {
+    // Envoy's and Istio's own files (docs/envoy.md): no Envoy runs here; every type they name is
+    // one of Envoy's (a typo in a type URL is what Envoy refuses first).
+    for (const [, type] of body.matchAll(/"@type": (\S+)/g)) {
+      assert.match(type!, /^type\.googleapis\.com\/envoy\.[a-z_.0-9]+\.v3\.[A-Za-z]+$/, `${file}: ${type}`);
+    }
   } else {
     assert.fail('no loader for this example: give it a test of its own here');
   }

@@ -20,6 +20,10 @@ export interface ConfigReloaderOptions {
   apply(text: string): Record<string, unknown>;
   /** Each reload's result, for the reload metric. */
   count(result: 'ok' | 'error'): void;
+  /** Reads what `apply` gets (default: the file at `path`, as text). */
+  read?: () => Promise<string>;
+  /** What to watch (watchFile watches its directory). Default `path`. */
+  watchPath?: string;
 }
 
 /**
@@ -62,7 +66,7 @@ export class ConfigReloader {
   /** Reloads on every change in the file's directory; a watch that stops is logged (SIGHUP still reloads). */
   watch(): FileWatcher {
     const { path, holds, logger } = this.#options;
-    return watchFile(path, () => this.reload('file'), {
+    return watchFile(this.#options.watchPath ?? path, () => this.reload('file'), {
       onError: (error) =>
         logger.warn({ file: path, err: error.message }, `${holds} file watch stopped; SIGHUP still reloads`),
     });
@@ -71,7 +75,7 @@ export class ConfigReloader {
   async #attempt(trigger: ReloadTrigger): Promise<void> {
     const { path, holds, logger } = this.#options;
     try {
-      const text = await readConfigFile(path, { kind: `${holds} file` });
+      const text = await (this.#options.read?.() ?? readConfigFile(path, { kind: `${holds} file` }));
       // The watcher reports every change in the file's directory (editors fire several events per
       // save; a log or history file beside it, many a second): text already tried is not a reload.
       // Compared with the last attempt, not the last success, so a file put back as it was after a

@@ -1,6 +1,4 @@
 import { hostname } from 'node:os';
-import { parseLimitsConfig } from '../config/limits-config.js';
-import { readConfigFile } from '../config/read-config-file.js';
 import { createController } from '../control/controller.js';
 import { createAutoTuner } from '../control/tuning/auto-tuner.js';
 import type { HistoryStore } from '../control/tuning/history-store.js';
@@ -29,6 +27,7 @@ import {
   usageError,
 } from './command-line.js';
 import { ConfigReloader } from './config-reloader.js';
+import { LIMITS_FORMAT_FLAG, limitsFormatFromFlags, readLimitsSource } from './limits-source.js';
 import { LOG_LEVEL_FLAG, loggerFromFlags } from './log-level-flag.js';
 import { shutdownWithin, waitForShutdownOrReload } from './process-lifecycle.js';
 import { serveReports } from './report-server.js';
@@ -50,6 +49,7 @@ export const spec: CommandSpec = {
     'offered load reported by aggregators (or hosts) and answers their reports with directives.',
   flags: {
     config: { type: 'string', valueName: 'limits.yaml', description: 'the limits file', required: true },
+    ...LIMITS_FORMAT_FLAG,
     listen: {
       type: 'string',
       valueName: 'host:port',
@@ -212,9 +212,16 @@ export function run(argv: string[]): Promise<number> {
     }
     const tls = await readServerTls(values, { caIsForClients: true });
     const reporterCap = reporterCapFromFlags(values);
-    const configText = await readConfigFile(configPath, { kind: 'limits file' });
+    const configFormat = limitsFormatFromFlags(values);
+    const source = await readLimitsSource(configPath, configFormat);
+    if (autoTune && source.format === 'envoy-ratelimit') {
+      throw usageError('--auto-tune rewrites Spillway limits files, not envoyproxy/ratelimit ones', {
+        flag: 'auto-tune',
+      });
+    }
+    const configText = source.text;
     // What the file says, with the dashboard's admin overrides on top: what the controller runs.
-    const overrides = createAdminOverrides(parseLimitsConfig(configText, configPath));
+    const overrides = createAdminOverrides(source.parse());
     let dashboard: DashboardServer | undefined;
     // Opened before serving: a history file that cannot be opened is a startup error, not a silent gap.
     let history: HistoryStore | undefined;
@@ -244,13 +251,20 @@ export function run(argv: string[]): Promise<number> {
     const metrics = createMetrics({ component: 'controller', id });
     addControllerMetrics(metrics, controller, { maxBucketSeries });
     const reloads = createReloadMetrics(metrics.registry, 'spillway_config');
+    /** The source the reloader read last: `apply` parses it (an envoyproxy/ratelimit directory is many files). */
+    let latest = source;
     const reloader = new ConfigReloader({
       path: configPath,
       holds: 'limits',
       text: configText,
       logger,
-      apply: (text) => {
-        const config = parseLimitsConfig(text, configPath);
+      read: async () => {
+        latest = await readLimitsSource(configPath, configFormat);
+        return latest.text;
+      },
+      watchPath: source.watchPath,
+      apply: () => {
+        const config = latest.parse();
         const { dropped } = overrides.replaceFile(config);
         controller.updateConfig(overrides.effective());
         if (dropped.length > 0)

@@ -36,6 +36,10 @@ export const subcommands: Record<string, Subcommand> = {
     summary: 'run a data-plane host offering synthetic load to the global limiter (tests, demos)',
     load: () => import('./host.js'),
   },
+  rls: {
+    summary: "serve Envoy's rate limit service from an envoyproxy/ratelimit config, deciding in process",
+    load: () => import('./rls.js'),
+  },
   proxy: {
     summary: 'run a sidecar reverse proxy that rate limits requests before forwarding them upstream',
     load: () => import('./proxy.js'),

@@ -236,6 +236,15 @@ export class Bucket implements BucketHandle {
     return ADMITTED;
   }
 
+  /** Usage a data plane elsewhere decided (see GlobalLimiter.record): counted, never decided here. */
+  record(offered: number, admitted: number): void {
+    if (!(offered >= 0 && offered < Number.POSITIVE_INFINITY)) throwInvalidCost(offered);
+    const letThrough = Math.min(offered, Math.max(0, admitted || 0));
+    this.windowOffered += offered;
+    this.windowAdmitted += letThrough;
+    this.windowDropped += offered - letThrough;
+  }
+
   /** Record the host's offered rate measured by a report. */
   measuredOfferedRps(offeredRps: number): void {
     this.olderOfferedRps = this.previousOfferedRps;

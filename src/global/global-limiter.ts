@@ -57,6 +57,14 @@ export interface GlobalLimiterOptions {
   carryOverMaxMs?: number;
   /** A bucket resolved by key, idle this long (no traffic, nothing pending, no fresh directive), is dropped. Default 60_000. */
   idleExpiryMs?: number;
+  /**
+   * Called at each report tick just before the window's counts are taken, with the scheduler's
+   * time: where usage decided elsewhere is `record`ed at the rate it was measured, so each report
+   * window holds its share of it (src/envoy/ records Envoy's RLQS usage here).
+   */
+  onWindowClose?: (nowMs: number) => void;
+  /** How many data-plane hosts this limiter's reports speak for (default 1): more when it records others' usage. */
+  hostCount?: () => number;
 }
 
 export interface BucketSnapshot {
@@ -116,6 +124,15 @@ export interface GlobalLimiter extends SyncLimiter {
   /** One map lookup and the handle's `allow`. */
   allow(key: string, cost?: number): boolean;
   limit(key: string, cost?: number): Decision;
+  /**
+   * Counts units a data plane elsewhere decided for itself (an Envoy enforcing its RLQS assignment)
+   * into the bucket's window as offered and admitted, the rest of offered as dropped, without a
+   * decision here. Validates the key like `allow`; a new key while the table is full goes to the
+   * overflow handle.
+   */
+  record(key: string, offered: number, admitted: number): void;
+  /** The bucket's state now (its held directive included), or undefined when the table holds no such key. Allocates. */
+  peek(key: string): BucketSnapshot | undefined;
   /** Begin reporting every interval. */
   start(): void;
   /** Stop the timer; with `finalReport`, send the counts of the last window first. */
@@ -159,6 +176,16 @@ class GlobalLimiterImpl implements GlobalLimiter {
   limit(key: string, cost?: number): Decision {
     const bucket = this.#map.get(key);
     return (bucket !== undefined ? bucket : this.#table.resolveForCall(key)).decide(cost);
+  }
+
+  record(key: string, offered: number, admitted: number): void {
+    const bucket = this.#map.get(key);
+    (bucket !== undefined ? bucket : this.#table.resolveForCall(key)).record(offered, admitted);
+  }
+
+  peek(key: string): BucketSnapshot | undefined {
+    const bucket = this.#map.get(key);
+    return bucket === undefined ? undefined : snapshotBucket(bucket, this.#scheduler.nowMs());
   }
 
   start(): void {
@@ -241,6 +268,8 @@ const GLOBAL_LIMITER_OPTIONS = optionNames<GlobalLimiterOptions>({
   maxBucketsPerReport: true,
   carryOverMaxMs: true,
   idleExpiryMs: true,
+  onWindowClose: true,
+  hostCount: true,
 });
 
 export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimiter {
@@ -275,6 +304,10 @@ export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimite
       ? undefined
       : positiveFinite('carryOverMaxMs', options.carryOverMaxMs);
   const idleExpiryMs = positiveFinite('idleExpiryMs', options.idleExpiryMs ?? DEFAULT_IDLE_EXPIRY_MS);
+  for (const field of ['onWindowClose', 'hostCount'] as const) {
+    if (options[field] !== undefined && typeof options[field] !== 'function')
+      throw invalidOption(field, `${field} must be a function`);
+  }
   const defaultMode = options.defaultMode ?? 'enforce';
   if (defaultMode !== 'enforce' && defaultMode !== 'shadow') {
     throw invalidOption('defaultMode', "defaultMode must be 'enforce' or 'shadow'");
@@ -327,6 +360,8 @@ export function createGlobalLimiter(options: GlobalLimiterOptions): GlobalLimite
     carryOverMaxMs,
     idleExpiryMs,
     logger: options.logger,
+    onWindowClose: options.onWindowClose,
+    hostCount: options.hostCount,
   });
   return new GlobalLimiterImpl(table, reporter, scheduler);
 }

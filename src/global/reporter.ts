@@ -48,6 +48,10 @@ export interface ReporterConfig {
   carryOverMaxMs: number | undefined;
   idleExpiryMs: number;
   logger: GlobalLimiterLogger | undefined;
+  /** See GlobalLimiterOptions.onWindowClose. */
+  onWindowClose?: ((nowMs: number) => void) | undefined;
+  /** See GlobalLimiterOptions.hostCount; undefined: 1. */
+  hostCount?: (() => number) | undefined;
 }
 
 export interface ReporterStats {
@@ -243,6 +247,7 @@ export class Reporter {
   #report(nowMs: number): void {
     const table = this.#table;
     const windowStartMs = this.#lastSnapshotMs;
+    this.#config.onWindowClose?.(nowMs);
     for (const bucket of table.map.values()) bucket.snapshotWindow(windowStartMs, nowMs);
     table.overflow.snapshotWindow(windowStartMs, nowMs);
     table.overflow.clearPending();
@@ -315,7 +320,7 @@ export class Reporter {
       windowStartMs: BigInt(Math.round(reportStartMs)),
       windowEndMs: BigInt(Math.round(nowMs)),
       buckets: usage,
-      hostCount: 1,
+      hostCount: this.#hostCount(),
       acknowledgedBy: this.#acknowledgedBy,
       acknowledgedWindowEndMs: this.#acknowledgedWindowEndMs,
     });
@@ -458,6 +463,11 @@ export class Reporter {
       this.#timer?.cancel();
       this.#tick();
     });
+  }
+
+  #hostCount(): number {
+    const count = this.#config.hostCount?.() ?? 1;
+    return Number.isSafeInteger(count) && count >= 1 && count <= 0xffffffff ? count : 1;
   }
 
   #noteOverflow(): void {

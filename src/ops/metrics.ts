@@ -9,8 +9,8 @@ import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom
  * `snapshot()` when Prometheus scrapes, through `addSnapshotMetrics`: nothing is recorded on the
  * request path. Only the report RPCs, about once a second, are observed as they happen.
  */
-/** `proxy` is `spillway proxy`: a data-plane host too, told apart from `spillway host` and libraries. */
-export type Component = 'host' | 'proxy' | 'aggregator' | 'controller';
+/** `proxy` is `spillway proxy` and `rls` is `spillway rls`: data-plane hosts too, told apart from `spillway host` and libraries. */
+export type Component = 'host' | 'proxy' | 'aggregator' | 'controller' | 'rls';
 
 /** Outcome of a report sent to a parent tier. */
 export type SentReportResult = 'ok' | 'timeout' | 'unavailable' | 'refused' | 'error';

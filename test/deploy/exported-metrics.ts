@@ -4,6 +4,7 @@ import { addLimiterMetrics } from '../../src/ops/limiter-metrics.js';
 import { createMetrics } from '../../src/ops/metrics.js';
 import { addProxyKeyMetrics, createProxyMetrics } from '../../src/ops/proxy-metrics.js';
 import { createReloadMetrics } from '../../src/ops/reload-metrics.js';
+import { addQuotaMetrics, addRlsMetrics } from '../../src/ops/rls-metrics.js';
 
 /**
  * Every metric name a Spillway process can export, read from a registry built by the same functions
@@ -22,6 +23,8 @@ export function exportedMetricNames(): ReadonlySet<string> {
   createProxyMetrics(metrics.registry);
   addProxyKeyMetrics(metrics.registry, neverScraped);
   createReloadMetrics(metrics.registry, 'spillway_config');
+  addRlsMetrics(metrics, neverScraped as never);
+  addQuotaMetrics(metrics, neverScraped as never);
   return new Set(metrics.registry.getMetricsAsArray().map((metric) => metric.name));
 }
 
