@@ -474,23 +474,33 @@ async function main(): Promise<void> {
             : `${n(gap, 1)} µs more per call (${n(us / baseline.admittedRedisUsPerCall, 2)} ×)`;
         return `- ${r.contender}: ${n(us, 2)} µs — ${verdict}; p50 ${n(r.latencyP50, 2)}, admitted throughput ${n(r.admittedThroughput, 2)}, rejected throughput ${n(r.rejectedThroughput, 2)} of RateLimiterRedis.`;
       });
+      const faulted = rows.filter((r) => r.faults > 0);
+      const faultNote =
+        faulted.length === 0
+          ? []
+          : [
+              '',
+              `**Calls that timed out or failed: ${faulted.map((r) => `${r.contender} ${n(r.faults)}`).join(', ')}.** A stall of the machine times out every call in flight, so this run's latency and throughput ratios say as much about the machine as about the limiters; Redis CPU per call moves less.`,
+            ];
       return [
         '## Conclusion',
         '',
         `Redis CPU per admitted call (commandstats; the steady measure on a shared machine): RateLimiterRedis ${n(baseline.admittedRedisUsPerCall, 2)} µs, the TIME+INCR floor ${n(floorUs, 2)} µs.`,
         ...verdicts,
+        ...faultNote,
         '',
         "RateLimiterRedis's script is a fixed-window counter (SET NX EX, INCRBY, PTTL) that reads no",
         'clock, computes no decision and counts rejected calls too. Each Spillway script also reads',
-        'the Redis TIME and returns the whole decision (remaining, reset and retry on the Redis clock),',
-        'and a rejected call writes nothing. The floor row (TIME + INCR, nothing else) is the least a',
-        'script on the Redis clock costs: TIME itself is cheap, the rest is the decision. The',
-        'fixed window, sliding counter and token bucket are O(1) (3–4 Redis commands per call); the',
-        'sliding log stores every admitted request in a sorted set (ZREMRANGEBYSCORE + ZCARD + ZADD,',
-        'O(log n) per call) to be exact over any span: strictly more work than a counter, which it',
-        'cannot match. With 1 call in flight the loopback round trip and the event loop dominate, so a',
-        'few µs of script time hardly show in p50; with 100 in flight the Redis thread is the limit',
-        'once its CPU per call is.',
+        'the Redis TIME, changes nothing for a call past its deadline, and returns the whole decision',
+        '(remaining, reset and retry on the Redis clock, and the time itself); a rejected call writes',
+        'nothing. The floor row (TIME + INCR, nothing else) is the least a script on the Redis clock',
+        'costs: TIME itself is cheap, the rest is the decision. The fixed window, sliding counter and',
+        'token bucket are O(1) (3–4 Redis commands per call); the sliding log stores every admitted',
+        'request in a sorted set (ZRANGE of its newest entry, to notice a clock that stepped back, then',
+        'ZREMRANGEBYSCORE + ZCARD + ZADD, O(log n) per call) to be exact over any span: strictly more',
+        'work than a counter, which it cannot match. With 1 call in flight the loopback round trip and',
+        'the event loop dominate, so a few µs of script time hardly show in p50; with 100 in flight the',
+        'Redis thread is the limit once its CPU per call is.',
       ];
     }
 
