@@ -22,13 +22,14 @@ export function createRedisBackend(options: RedisBackendOptions): RlsBackend & {
   // Keyed by limit: a request's own limit can be any (requests_per_unit, unit), so the table is
   // bounded, oldest first out (a limiter holds no counts; Redis does).
   const limiters = new Map<string, RedisLimiter>();
+  const { onClose, ...limiterOptions } = options;
   const limiterFor = (limit: WindowLimit): RedisLimiter => {
     const id = `${limit.requestsPerUnit}/${limit.unitSeconds}`;
     let limiter = limiters.get(id);
     if (limiter === undefined) {
       if (limiters.size >= MAX_LIMITERS) limiters.delete(limiters.keys().next().value!);
       limiter = createRedisFixedWindow({
-        ...options,
+        ...limiterOptions,
         limit: limit.requestsPerUnit,
         windowMs: limit.unitSeconds * 1000,
         maxKeyLength: 1024,
@@ -53,7 +54,7 @@ export function createRedisBackend(options: RedisBackendOptions): RlsBackend & {
     check,
     checkOverride: check,
     close: async () => {
-      await options.onClose?.();
+      await onClose?.();
     },
     get limiters() {
       return limiters.size;

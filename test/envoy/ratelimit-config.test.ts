@@ -51,11 +51,11 @@ const failures: [file: string, message: string][] = [
   ],
   [
     'top-level-unknown.yaml',
-    'top-level-unknown.yaml:2:1: top level: unknown field "descriptor" (allowed: domain, descriptors)',
+    'top-level-unknown.yaml:2:1: top level: unknown field "descriptor"; did you mean "descriptors"? (allowed: domain, descriptors)',
   ],
   [
     'unknown-key.yaml',
-    'unknown-key.yaml:5:7: descriptors[0].rate_limit: unknown field "units" (allowed: unit, requests_per_unit, unlimited, name, replaces)',
+    'unknown-key.yaml:5:7: descriptors[0].rate_limit: unknown field "units"; did you mean "unit"? (allowed: unit, requests_per_unit, unlimited, name, replaces)',
   ],
   [
     'unlimited-with-unit.yaml',
