@@ -1,7 +1,7 @@
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { createServer as createHttpServer, type ServerResponse } from 'node:http';
-import { type AddressInfo, createServer } from 'node:net';
+import { type AddressInfo, connect, createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, it } from 'node:test';
@@ -323,6 +323,45 @@ describe('spillway proxy (process)', { timeout: 60_000 }, () => {
     assert.equal(
       stderr.trim(),
       `spillway proxy: ${file}:11:13: buckets[0].match.path: "/v1/*/x": "*" is only allowed as the last segment (ERR_SPILLWAY_INVALID_CONFIG)`,
+    );
+  });
+
+  it('counts a WebSocket upgrade the dead upstream refused like a request: logged, /healthz degraded', async () => {
+    const probe = await startUpstream();
+    const port = probe.port;
+    await probe.close();
+    const file = join(dir, 'dead-upstream-upgrade.yaml');
+    writeFileSync(file, rules(`http://127.0.0.1:${port}`, 1000));
+    const p = await startSpillway('proxy', ['proxy', '--config', file, '--listen', ':0', '--ops', ':0']);
+    started.push(p);
+    const [host, proxyPort] = proxyAddress(p).split(':') as [string, string];
+    const head = await new Promise<string>((resolve, reject) => {
+      const socket = connect(Number(proxyPort), host, () => {
+        socket.write(
+          'GET /ws HTTP/1.1\r\nHost: example.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n' +
+            'Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n',
+        );
+      });
+      let answer = '';
+      socket.setEncoding('utf8');
+      socket.on('data', (chunk: string) => {
+        answer += chunk;
+      });
+      socket.on('close', () => resolve(answer));
+      socket.on('error', reject);
+    });
+    assert.match(head, /^HTTP\/1\.1 502 /);
+    const health = (await (await fetch(`http://${p.ops}/healthz`)).json()) as {
+      status: string;
+      upstream: { state: string; consecutiveFailures: number };
+    };
+    assert.equal(health.status, 'degraded');
+    assert.equal(health.upstream.state, 'failing');
+    assert.equal(health.upstream.consecutiveFailures, 1);
+    await until(
+      'the failure is logged',
+      () => p.output.some((l) => l.includes('the upstream is failing')),
+      10_000,
     );
   });
 });

@@ -337,6 +337,7 @@ class UpgradeRequest {
     }
     if (answer === undefined) {
       const described = describeUpstreamFailure(failure, upstream.config);
+      this.#context.upstreamHealth.failed(described);
       metrics.request(described.outcome);
       sendRawJson(socket, described.status, limitHeaders, {
         error: described.outcome,
@@ -344,6 +345,7 @@ class UpgradeRequest {
       });
       return;
     }
+    this.#context.upstreamHealth.answered();
     metrics.request('forwarded');
     // Another answer is on its way to the client (UpstreamUpgrade relays it, then closes).
     if (answer.kind === 'answered') return;
