@@ -1,0 +1,81 @@
+import { z } from 'zod';
+import type { LocatedIssue } from '../../config/located-yaml.js';
+
+/**
+ * The `server` section of the proxy's rules file: how the proxy treats its clients (timeouts,
+ * request bodies, upgrades). docs/proxy.md is the reference.
+ */
+
+const timeoutMs = z.number().int().min(0).max(86_400_000);
+
+export const serverSchema = z.strictObject({
+  /** Idle keep-alive connections from clients are closed after this long. */
+  keepAliveTimeoutMs: timeoutMs.default(5_000),
+  /** Bound on receiving a whole request (0: none, so long uploads stream). */
+  requestTimeoutMs: timeoutMs.default(0),
+  /** Bound on receiving request headers (slow-loris guard). */
+  headersTimeoutMs: timeoutMs.default(60_000),
+  /**
+   * A request body that sends no bytes for this long while the proxy waits for them: the upstream
+   * request is aborted, the client gets a 408 (or a cut response once one started). Pauses only
+   * count while the proxy is ready to read, never while the upstream is slow to take the body.
+   * 60 s, as nginx's client_body_timeout and `headersTimeoutMs` here: a live client does not stop
+   * mid-body for a minute, and a stalled one no longer holds a pooled upstream connection for
+   * ever. 0 disables.
+   */
+  bodyTimeoutMs: timeoutMs.default(60_000),
+  /**
+   * The slowest a request body may come on average, counted over the time the proxy waited for it
+   * (ready to read, as for `bodyTimeoutMs`), after a grace of `bodyTimeoutMs`: a body may take
+   * `bodyTimeoutMs` + its bytes / this of such waiting, then it gets a 408 (Apache's
+   * mod_reqtimeout `body=…,MinRate=500`). `bodyTimeoutMs` bounds pauses, not pace: without this a
+   * client sending a byte every few seconds holds its connection and a pooled upstream connection
+   * for ever. Absent: 500 bytes/s (4 kbit/s, slower than any live link), or 0 when
+   * `bodyTimeoutMs` is 0. 0 disables. Resolved in `resolveServerConfig`.
+   */
+  bodyMinBytesPerSec: z.number().int().min(0).max(1_000_000_000).optional(),
+  /**
+   * A client that takes no response bytes for this long while the proxy has some for it: the
+   * response is cut and its upstream request aborted. 60 s, as nginx's send_timeout: without it a
+   * client that asks for large responses and never reads them holds a pooled upstream connection
+   * each, for ever (undici's body timeout does not run while the proxy has the upstream paused).
+   * 0 disables.
+   */
+  sendTimeoutMs: timeoutMs.default(60_000),
+  /**
+   * An upgraded connection (WebSocket) with no bytes either way for this long is closed, both
+   * sides: peers that vanished without a FIN would otherwise hold it for good. 60 s, as nginx's
+   * proxy_read_timeout and a cloud load balancer's idle timeout, which WebSocket applications
+   * already ping within. 0 disables.
+   */
+  upgradeIdleTimeoutMs: timeoutMs.default(60_000),
+});
+
+export type ServerConfig = Omit<z.output<typeof serverSchema>, 'bodyMinBytesPerSec'> & {
+  /** Resolved: 0 when disabled. */
+  bodyMinBytesPerSec: number;
+};
+
+/** `server.bodyMinBytesPerSec` when the file does not set it (and `bodyTimeoutMs` is not 0). */
+export const DEFAULT_BODY_MIN_BYTES_PER_SEC = 500;
+
+export function resolveServerConfig(
+  raw: z.output<typeof serverSchema>,
+): { value: ServerConfig } | { issue: LocatedIssue } {
+  const { bodyMinBytesPerSec, bodyTimeoutMs } = raw;
+  if (bodyMinBytesPerSec !== undefined && bodyMinBytesPerSec > 0 && bodyTimeoutMs === 0) {
+    return {
+      issue: {
+        path: ['server', 'bodyMinBytesPerSec'],
+        message:
+          'needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
+      },
+    };
+  }
+  return {
+    value: {
+      ...raw,
+      bodyMinBytesPerSec: bodyMinBytesPerSec ?? (bodyTimeoutMs > 0 ? DEFAULT_BODY_MIN_BYTES_PER_SEC : 0),
+    },
+  };
+}
