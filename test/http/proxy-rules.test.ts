@@ -326,6 +326,18 @@ describe('rules file', () => {
       'r.yaml:8:23: server.bodyMinBytesPerSec: needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
     ],
     [
+      'server:\n  upgradeProtocols: [websocket, H2C]\nbuckets: []\n',
+      'r.yaml:7:33: server.upgradeProtocols[1]: "H2C" cannot be tunnelled: an upgraded connection would carry HTTP requests the buckets never decide',
+    ],
+    [
+      'server:\n  upgradeProtocols: ["HTTP/2.0"]\nbuckets: []\n',
+      'r.yaml:7:22: server.upgradeProtocols[0]: "HTTP/2.0" cannot be tunnelled: an upgraded connection would carry HTTP requests the buckets never decide',
+    ],
+    [
+      'server:\n  upgradeProtocols: ["web socket"]\nbuckets: []\n',
+      'r.yaml:7:22: server.upgradeProtocols[0]: must be a protocol as the Upgrade header names it: a token, or token/version, got "web socket"',
+    ],
+    [
       'server:\n  bodyMinBytesPerSec: 0.5\nbuckets: []\n',
       'r.yaml:7:23: server.bodyMinBytesPerSec: expected int, got 0.5',
     ],
@@ -480,6 +492,12 @@ describe('rules file', () => {
     assert.equal(
       parseProxyRules(`${head}server:\n  bodyTimeoutMs: 0\nbuckets: []\n`).server.bodyMinBytesPerSec,
       0,
+    );
+    assert.deepEqual(rules.server.upgradeProtocols, ['websocket']);
+    assert.deepEqual(
+      parseProxyRules(`${head}server:\n  upgradeProtocols: [WebSocket, SPDY/3.1]\nbuckets: []\n`).server
+        .upgradeProtocols,
+      ['websocket', 'spdy/3.1'],
     );
     assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');

@@ -8,6 +8,17 @@ import type { LocatedIssue } from '../../config/located-yaml.js';
 
 const timeoutMs = z.number().int().min(0).max(86_400_000);
 
+/**
+ * A protocol as the `Upgrade` field names it (RFC 9110 §7.8): `name` or `name/version`, each a
+ * token.
+ */
+const upgradeProtocol = z
+  .string()
+  .regex(
+    /^[!#$%&'*+.^_`|~0-9A-Za-z-]+(?:\/[!#$%&'*+.^_`|~0-9A-Za-z-]+)?$/,
+    'must be a protocol as the Upgrade header names it: a token, or token/version',
+  );
+
 export const serverSchema = z.strictObject({
   /** Idle keep-alive connections from clients are closed after this long. */
   keepAliveTimeoutMs: timeoutMs.default(5_000),
@@ -49,19 +60,45 @@ export const serverSchema = z.strictObject({
    * already ping within. 0 disables.
    */
   upgradeIdleTimeoutMs: timeoutMs.default(60_000),
+  /**
+   * The protocols an upgrade may switch to (compared without letter case; `name` also admits
+   * `name/version`). Any other upgrade is refused 501 `upgrade_refused`, never forwarded: an
+   * upgraded connection is a tunnel the buckets decided once, so a protocol that carries requests
+   * (h2c) would carry them past the limits. `[]` refuses every upgrade.
+   */
+  upgradeProtocols: z.array(upgradeProtocol).max(32).default(['websocket']),
 });
 
-export type ServerConfig = Omit<z.output<typeof serverSchema>, 'bodyMinBytesPerSec'> & {
+export type ServerConfig = Omit<z.output<typeof serverSchema>, 'bodyMinBytesPerSec' | 'upgradeProtocols'> & {
   /** Resolved: 0 when disabled. */
   bodyMinBytesPerSec: number;
+  /** In lower case. */
+  upgradeProtocols: readonly string[];
 };
 
 /** `server.bodyMinBytesPerSec` when the file does not set it (and `bodyTimeoutMs` is not 0). */
 export const DEFAULT_BODY_MIN_BYTES_PER_SEC = 500;
 
+/**
+ * Protocols that carry HTTP requests: tunnelled, each request inside would reach the upstream
+ * undecided. `h2c` is HTTP/2 over cleartext (RFC 7540 §3.2), `h2` its TLS name, `http/…` the
+ * older spellings (`HTTP/2.0`).
+ */
+const REQUEST_CARRYING = /^(?:h2c|h2|http)(?:\/|$)/;
+
 export function resolveServerConfig(
   raw: z.output<typeof serverSchema>,
 ): { value: ServerConfig } | { issue: LocatedIssue } {
+  const upgradeProtocols = raw.upgradeProtocols.map((protocol) => protocol.toLowerCase());
+  const carrying = upgradeProtocols.findIndex((protocol) => REQUEST_CARRYING.test(protocol));
+  if (carrying !== -1) {
+    return {
+      issue: {
+        path: ['server', 'upgradeProtocols', carrying],
+        message: `"${raw.upgradeProtocols[carrying]}" cannot be tunnelled: an upgraded connection would carry HTTP requests the buckets never decide`,
+      },
+    };
+  }
   const { bodyMinBytesPerSec, bodyTimeoutMs } = raw;
   if (bodyMinBytesPerSec !== undefined && bodyMinBytesPerSec > 0 && bodyTimeoutMs === 0) {
     return {
@@ -76,6 +113,7 @@ export function resolveServerConfig(
     value: {
       ...raw,
       bodyMinBytesPerSec: bodyMinBytesPerSec ?? (bodyTimeoutMs > 0 ? DEFAULT_BODY_MIN_BYTES_PER_SEC : 0),
+      upgradeProtocols,
     },
   };
 }
