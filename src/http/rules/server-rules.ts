@@ -37,14 +37,32 @@ export const serverSchema = z.strictObject({
   bodyTimeoutMs: timeoutMs.default(60_000),
   /**
    * The slowest a request body may come on average, counted over the time the proxy waited for it
-   * (ready to read, as for `bodyTimeoutMs`), after a grace of `bodyTimeoutMs`: a body may take
-   * `bodyTimeoutMs` + its bytes / this of such waiting, then it gets a 408 (Apache's
-   * mod_reqtimeout `body=…,MinRate=500`). `bodyTimeoutMs` bounds pauses, not pace: without this a
-   * client sending a byte every few seconds holds its connection and a pooled upstream connection
-   * for ever. Absent: 500 bytes/s (4 kbit/s, slower than any live link), or 0 when
-   * `bodyTimeoutMs` is 0. 0 disables. Resolved in `resolveServerConfig`.
+   * (ready to read, as for `bodyTimeoutMs`), after a grace of `bodyMinRateGraceMs`: a body may take
+   * that grace + its bytes / this of such waiting, then it gets a 408 (Apache's mod_reqtimeout
+   * `MinRate`). `bodyTimeoutMs` bounds pauses, not pace: without this a client sending a byte
+   * every few seconds holds its connection and a pooled upstream connection for ever. Absent: 500
+   * bytes/s (4 kbit/s, slower than any live link), or 0 when `bodyTimeoutMs` is 0 (no bound on
+   * bodies at all). 0 disables. Resolved in `resolveServerConfig`.
    */
   bodyMinBytesPerSec: z.number().int().min(0).max(1_000_000_000).optional(),
+  /**
+   * How long a request body may take to start before `bodyMinBytesPerSec` judges it: the rate
+   * applies from the first second, not after a minute of grace, so a trickled upload is cut
+   * within a second or two (a live client's first bytes come within a round trip).
+   */
+  bodyMinRateGraceMs: z.number().int().min(1).max(86_400_000).default(1_000),
+  /**
+   * A request body of at most this many bytes is read whole before the request takes a pooled
+   * upstream connection (nginx's `proxy_request_buffering`, in memory): a client slow to send it
+   * holds no upstream connection. A larger body (declared, or a chunked one that passes it)
+   * streams to the upstream as it comes. 0: every body streams.
+   */
+  bufferBodyBytes: z
+    .number()
+    .int()
+    .min(0)
+    .max(16 * 1024 * 1024)
+    .default(64 * 1024),
   /**
    * A client that takes no response bytes for this long while the proxy has some for it: the
    * response is cut and its upstream request aborted. 60 s, as nginx's send_timeout: without it a
@@ -100,15 +118,6 @@ export function resolveServerConfig(
     };
   }
   const { bodyMinBytesPerSec, bodyTimeoutMs } = raw;
-  if (bodyMinBytesPerSec !== undefined && bodyMinBytesPerSec > 0 && bodyTimeoutMs === 0) {
-    return {
-      issue: {
-        path: ['server', 'bodyMinBytesPerSec'],
-        message:
-          'needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
-      },
-    };
-  }
   return {
     value: {
       ...raw,
