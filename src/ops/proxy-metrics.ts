@@ -18,6 +18,7 @@ const OUTCOMES: readonly ProxyOutcome[] = [
   'answered_locally',
   'draining',
   'upgrade_refused',
+  'too_many_uploads',
 ];
 const RESULTS: readonly DecisionResult[] = [
   'allowed',
@@ -43,7 +44,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);
   new Counter({
     name: 'spillway_proxy_requests_total',
-    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally, draining, upgrade_refused).',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally, draining, upgrade_refused, too_many_uploads).',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {

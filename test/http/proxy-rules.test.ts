@@ -338,6 +338,10 @@ describe('rules file', () => {
       'r.yaml:7:20: server.bufferBodyBytes: must be >= 0, got -1',
     ],
     [
+      'server:\n  maxUploadsPerClient: 1.5\nbuckets: []\n',
+      'r.yaml:7:24: server.maxUploadsPerClient: expected int, got 1.5',
+    ],
+    [
       'server:\n  bodyMinRateGraceMs: 0\nbuckets: []\n',
       'r.yaml:7:23: server.bodyMinRateGraceMs: must be >= 1, got 0',
     ],
@@ -505,6 +509,7 @@ describe('rules file', () => {
     );
     assert.equal(rules.server.bodyMinRateGraceMs, 1_000);
     assert.equal(rules.server.bufferBodyBytes, 65_536);
+    assert.equal(rules.server.maxUploadsPerClient, 16);
     assert.deepEqual(rules.server.upgradeProtocols, ['websocket']);
     assert.deepEqual(
       parseProxyRules(`${head}server:\n  upgradeProtocols: [WebSocket, SPDY/3.1]\nbuckets: []\n`).server

@@ -11,8 +11,10 @@ import {
 } from './proxy-harness.js';
 
 // What keeps slow request bodies from holding the upstream pool (issue 36): a small body is read
-// whole before its request takes a pooled connection (server.bufferBodyBytes), and the minimum
-// rate judges a body from its first second (server.bodyMinRateGraceMs).
+// whole before its request takes a pooled connection (server.bufferBodyBytes), one client has at
+// most server.maxUploadsPerClient bodies in progress, and the minimum rate judges a body from its
+// first second (server.bodyMinRateGraceMs). The attack itself, against a real proxy process:
+// test/faults/proxy-slow-uploads.test.ts.
 
 const fixtures = new ProxyFixtures();
 
@@ -182,5 +184,51 @@ describe('spillway proxy: bounds on request bodies', { timeout: 30_000 }, () => 
     );
     assert.ok(elapsedMs < 5_000, `cut after ${Math.round(elapsedMs)} ms`);
     trickled.req.destroy();
+  });
+
+  it('refuses a client past maxUploadsPerClient 429 before deciding; its GETs, other clients and later uploads pass', async () => {
+    const { uploads, handler } = recordingUpstream();
+    const { proxy } = await fixtures.start(
+      rules(
+        '  maxUploadsPerClient: 2\n  bodyMinRateGraceMs: 20000\n',
+        'buckets:\n  - name: per-client\n    key: "c:{client}"\n    limit: 100\n    windowSec: 60\n',
+      ),
+      handler,
+    );
+    const held = [0, 1].map(() => upload(proxy, { contentLength: 1024 * 1024, localAddress: '127.0.0.2' }));
+    for (const { req } of held) req.write('x');
+    await until('both uploads reach the upstream', () => uploads.length === 2);
+
+    const refused = upload(proxy, { contentLength: 1024 * 1024, localAddress: '127.0.0.2' });
+    refused.req.write('x');
+    const answer = await refused.response;
+    assert.equal(answer.status, 429);
+    assert.equal(answer.headers['retry-after'], '1');
+    assert.equal(answer.headers.connection, 'close');
+    assert.deepEqual(JSON.parse(answer.body), {
+      error: 'too_many_uploads',
+      message:
+        'this client already has 2 request bodies in progress, the most the proxy takes from one client at a time',
+      retryAfterSeconds: 1,
+    });
+    assert.equal(await outcome(proxy, 'too_many_uploads'), 1);
+    assert.equal(uploads.length, 2, 'never forwarded');
+
+    // Its requests without a body pass; the refused upload was not charged: 2 uploads + this GET.
+    const own = await get(proxy, '127.0.0.2');
+    assert.equal(own.status, 200);
+    assert.match(String(own.headers.ratelimit), /^"per-client";r=97;/);
+    // Another client uploads as usual.
+    const other = upload(proxy, { contentLength: 5, localAddress: '127.0.0.3' });
+    other.req.end('hello');
+    assert.equal((await other.response).body, 'got 5');
+
+    // One held upload finishes: its slot is free again.
+    held[0]!.req.end('y'.repeat(1024 * 1024 - 1));
+    assert.equal((await held[0]!.response).body, `got ${1024 * 1024}`);
+    const again = upload(proxy, { contentLength: 5, localAddress: '127.0.0.2' });
+    again.req.end('again');
+    assert.equal((await again.response).status, 200);
+    held[1]!.req.destroy();
   });
 });

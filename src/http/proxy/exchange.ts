@@ -27,8 +27,9 @@ import type { ConnectionWaiter } from './upstream-queue.js';
  * AbortController per request: the client leaving (`closed`) aborts through the controller.
  *
  * A request body up to `server.bufferBodyBytes` is read whole before the request takes a
- * connection, so a client slow to send it holds none; a larger one streams. Either way its pace
- * is the client's, bounded by `RequestBody`.
+ * connection, so a client slow to send it holds none; a larger one streams (its client holding at
+ * most `server.maxUploadsPerClient` of them, `ClientUploads`). Either way its pace is the
+ * client's, bounded by `RequestBody`.
  *
  * Waiting for the upstream is bounded by one deadline, `upstream.headersTimeoutMs`, from the
  * forward (after any read-ahead): time waiting for a connection (in the upstream queue) counts
@@ -75,6 +76,8 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
   #body: RequestBody | null = null;
   /** A body read whole before the request took a connection (`server.bufferBodyBytes`). */
   #bufferedBody: Buffer | null = null;
+  /** Gives back the client's upload slot (`ClientUploads`); a no-op once given back. */
+  #releaseUpload: () => void = noop;
 
   constructor(context: ProxyContext, req: IncomingMessage, res: ServerResponse, expectContinue: boolean) {
     this.#context = context;
@@ -82,6 +85,17 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
     this.res = res;
     this.rules = context.rules;
     this.#expectContinue = expectContinue;
+  }
+
+  /**
+   * Takes one of its client's upload slots when it has a body to come; false when the client
+   * already has `server.maxUploadsPerClient` in progress (the request is then refused).
+   */
+  claimUpload(): boolean {
+    const release = this.#context.uploads.claim(this.req, this.rules);
+    if (release === undefined) return false;
+    this.#releaseUpload = release;
+    return true;
   }
 
   /** The verdict is in: answer 429, or forward; nothing when the client left while it was pending. */
@@ -341,6 +355,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
   #settle(outcome: ProxyOutcome): void {
     if (this.#outcome !== undefined) return;
     this.#outcome = outcome;
+    this.#releaseUpload();
     this.#context.metrics.request(outcome);
     clearTimeout(this.#deadline);
     if (this.queued) this.#context.upstream.queue.abandon();
@@ -354,6 +369,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
   closed(): void {
     const connections = this.#context.connections;
     if (!connections.closed(this)) return;
+    this.#releaseUpload();
     if (this.#outcome !== undefined) return;
     if (this.res.writableFinished) {
       if (this.#forwarded) this.#settle('forwarded');

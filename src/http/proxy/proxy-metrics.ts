@@ -32,7 +32,9 @@ export type ProxyOutcome =
   /** An upgrade arriving while the proxy drains: 503 from the proxy, never forwarded (a tunnel would outlive the drain). */
   | 'draining'
   /** An upgrade to a protocol not in `server.upgradeProtocols` (h2c, …): 501 from the proxy, never forwarded. */
-  | 'upgrade_refused';
+  | 'upgrade_refused'
+  /** A request body from a client that already has `server.maxUploadsPerClient` in progress: 429 from the proxy, nothing read or decided. */
+  | 'too_many_uploads';
 
 export interface ProxyMetrics {
   request(outcome: ProxyOutcome): void;

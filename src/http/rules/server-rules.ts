@@ -64,6 +64,13 @@ export const serverSchema = z.strictObject({
     .max(16 * 1024 * 1024)
     .default(64 * 1024),
   /**
+   * Request bodies one client (the client address key, as `{client}` renders it) may have in
+   * progress at once, buffered or streaming; past it, 429 `too_many_uploads` before anything is
+   * read or decided. Bounds the pooled upstream connections (and buffer memory) slow uploads from
+   * one client can hold. 0: no bound.
+   */
+  maxUploadsPerClient: z.number().int().min(0).max(1_000_000).default(16),
+  /**
    * A client that takes no response bytes for this long while the proxy has some for it: the
    * response is cut and its upstream request aborted. 60 s, as nginx's send_timeout: without it a
    * client that asks for large responses and never reads them holds a pooled upstream connection
