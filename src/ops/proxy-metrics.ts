@@ -17,6 +17,8 @@ const OUTCOMES: readonly ProxyOutcome[] = [
   'bad_request',
   'answered_locally',
   'draining',
+  'upgrade_refused',
+  'too_many_uploads',
 ];
 const RESULTS: readonly DecisionResult[] = [
   'allowed',
@@ -42,7 +44,7 @@ export function createProxyMetrics(registry: Registry): ProxyMetrics {
   const requestCounts = new Float64Array(OUTCOMES.length);
   new Counter({
     name: 'spillway_proxy_requests_total',
-    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally, draining).',
+    help: 'Requests by outcome (forwarded, limited, upstream_error, upstream_timeout, upstream_queue_timeout, upstream_queue_full, client_abort, client_timeout, bad_request, answered_locally, draining, upgrade_refused, too_many_uploads).',
     labelNames: ['outcome'],
     registers: [registry],
     collect() {

@@ -148,9 +148,11 @@ describe('spillway proxy: requests Node cannot hand over', { timeout: 30_000 }, 
     assert.equal(await outcome(proxy, 'forwarded'), 2);
   });
 
+  // Streamed (server.bufferBodyBytes: 0): the upstream has the request when the body fails. The
+  // minimum rate's grace is raised out of the way of Node's bounds, which these tests are about.
   it('a forwarded request whose chunked body is malformed gets a JSON 400, counted bad_request, not client_abort', async () => {
     let upstreamLength: Promise<number> | undefined;
-    const { proxy } = await fixtures.start(rules(), (req, res) => {
+    const { proxy } = await fixtures.start(rules('server:\n  bufferBodyBytes: 0\n'), (req, res) => {
       if (req.url === '/upload') upstreamLength = bodyLength(req);
       else res.end('ok');
     });
@@ -171,7 +173,9 @@ describe('spillway proxy: requests Node cannot hand over', { timeout: 30_000 }, 
   it('a forwarded request whose body misses server.requestTimeoutMs gets a JSON 408, counted client_timeout, not client_abort', async () => {
     let upstreamLength: Promise<number> | undefined;
     const { proxy } = await fixtures.start(
-      rules('server:\n  requestTimeoutMs: 500\n  headersTimeoutMs: 400\n'),
+      rules(
+        'server:\n  requestTimeoutMs: 500\n  headersTimeoutMs: 400\n  bodyMinRateGraceMs: 10000\n  bufferBodyBytes: 0\n',
+      ),
       (req, res) => {
         if (req.url === '/upload') upstreamLength = bodyLength(req);
         else res.end('ok');
@@ -189,6 +193,30 @@ describe('spillway proxy: requests Node cannot hand over', { timeout: 30_000 }, 
     assert.equal(await upstreamLength, -1, 'the upstream sees the upload cut');
     await until('counted as client_timeout', async () => (await outcome(proxy, 'client_timeout')) === 1);
     assert.equal(await outcome(proxy, 'client_abort'), 0);
+    await assertServes(proxy);
+  });
+
+  it('the same failures while a small body is read ahead: the same answers and counts, the upstream never sees the request', async () => {
+    const { proxy, upstream } = await fixtures.start(
+      rules('server:\n  requestTimeoutMs: 500\n  headersTimeoutMs: 400\n  bodyMinRateGraceMs: 10000\n'),
+    );
+    const malformed = await rawRequest(
+      proxy,
+      'POST /upload HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\nzz\r\n',
+    );
+    assert.match(assertJsonAnswer(malformed, 400).message, /\(HPE_INVALID_CHUNK_SIZE\)$/);
+    const late = await rawRequest(
+      proxy,
+      'POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n0123456789',
+    );
+    assert.deepEqual(assertJsonAnswer(late, 408), {
+      error: 'client_timeout',
+      message: 'no complete request within 500 ms',
+    });
+    await until('counted', async () => (await outcome(proxy, 'client_timeout')) === 1);
+    assert.equal(await outcome(proxy, 'bad_request'), 1);
+    assert.equal(await outcome(proxy, 'client_abort'), 0);
+    assert.equal(upstream.seen.length, 0);
     await assertServes(proxy);
   });
 

@@ -125,6 +125,20 @@ describe('spillway proxy: request bodies', () => {
     assert.equal((await send(`${proxy.base}/next`)).body, 'ok');
   });
 
+  it('answers 502 when the upstream closes after reading the whole body without answering', async () => {
+    const { proxy } = await setup((req) => {
+      req.resume();
+      req.on('end', () => req.socket.destroy());
+    });
+    // Streamed and read ahead: either way the request is destroyed once read, its client still there.
+    for (const body of ['x'.repeat(200_000), 'small']) {
+      const response = await send(`${proxy.base}/upload`, { method: 'POST', body });
+      assert.equal(response.status, 502, `a ${body.length}-byte body`);
+      assert.equal((JSON.parse(response.body) as { error: string }).error, 'upstream_error');
+    }
+    assert.equal(await outcome(proxy, 'client_abort'), 0);
+  });
+
   it('relays an upstream answer sent before the upload was read (413)', async () => {
     const { proxy } = await setup((_req, res) => {
       res.writeHead(413, { 'content-type': 'text/plain', connection: 'close' });
@@ -152,7 +166,11 @@ describe('spillway proxy: request bodies', () => {
 
 describe('RequestBody: the client and upstream bounds', () => {
   /** A body whose chunks the test hands out, and what it reported when. */
-  function controlledBody(idleTimeoutMs: number, sendTimeoutMs: number) {
+  function controlledBody(
+    idleTimeoutMs: number,
+    sendTimeoutMs: number,
+    pace: { minBytesPerSec?: number; minRateGraceMs?: number } = {},
+  ) {
     const pending: ((result: IteratorResult<Buffer>) => void)[] = [];
     const req = {
       iterator: () => ({
@@ -173,7 +191,7 @@ describe('RequestBody: the client and upstream bounds', () => {
         reports.push({ kind: 'stuck', timeoutMs, atMs: performance.now() - startedMs }),
       bodyTooSlow: () => reports.push({ kind: 'slow', timeoutMs: 0, atMs: performance.now() - startedMs }),
     };
-    const body = new RequestBody(req, owner, idleTimeoutMs, sendTimeoutMs);
+    const body = new RequestBody(req, owner, { idleTimeoutMs, sendTimeoutMs, ...pace });
     return { body, pending, reports };
   }
 
@@ -217,5 +235,44 @@ describe('RequestBody: the client and upstream bounds', () => {
     await new Promise((resolve) => setTimeout(resolve, 400));
     assert.deepEqual(reports, []);
     body.stop();
+  });
+
+  it('judges the pace after its own grace, with no pause bound at all', async () => {
+    const { body, pending, reports } = controlledBody(0, 0, { minBytesPerSec: 100, minRateGraceMs: 200 });
+    const first = body.next();
+    pending.shift()!({ done: false, value: Buffer.from('x'.repeat(10)) });
+    await first;
+    // 200 ms of grace plus 100 ms earned by 10 bytes: due about 300 ms into the client's wait.
+    const askedMs = performance.now();
+    void body.next();
+    await until('reported', () => reports.length === 1);
+    assert.equal(reports[0]!.kind, 'slow');
+    const waitedMs = performance.now() - askedMs;
+    assert.ok(waitedMs >= 250 && waitedMs < 1_500, `reported after ${Math.round(waitedMs)} ms`);
+  });
+
+  it('reads ahead: the whole body when it fits; past the bound, what it read is handed out first', async () => {
+    const small = controlledBody(1_000, 1_000);
+    const whole = small.body.readAhead(8);
+    small.pending.shift()!({ done: false, value: Buffer.from('abc') });
+    await until('asked again', () => small.pending.length === 1);
+    small.pending.shift()!({ done: false, value: Buffer.from('def') });
+    await until('asked again', () => small.pending.length === 1);
+    small.pending.shift()!({ done: true, value: undefined });
+    assert.equal((await whole)?.toString(), 'abcdef');
+    assert.deepEqual(small.reports, [], 'no timing left running, nothing reported');
+
+    const large = controlledBody(1_000, 1_000);
+    const ahead = large.body.readAhead(4);
+    large.pending.shift()!({ done: false, value: Buffer.from('abc') });
+    await until('asked again', () => large.pending.length === 1);
+    large.pending.shift()!({ done: false, value: Buffer.from('def') });
+    assert.equal(await ahead, undefined);
+    assert.equal(String((await large.body.next()).value), 'abc');
+    assert.equal(String((await large.body.next()).value), 'def');
+    const rest = large.body.next();
+    large.pending.shift()!({ done: false, value: Buffer.from('ghi') });
+    assert.equal(String((await rest).value), 'ghi');
+    large.body.stop();
   });
 });

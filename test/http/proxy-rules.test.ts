@@ -344,8 +344,28 @@ describe('rules file', () => {
       'r.yaml:7:18: server.bodyTimeoutMs: must be >= 0, got -1',
     ],
     [
-      'server:\n  bodyTimeoutMs: 0\n  bodyMinBytesPerSec: 100\nbuckets: []\n',
-      'r.yaml:8:23: server.bodyMinBytesPerSec: needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
+      'server:\n  upgradeProtocols: [websocket, H2C]\nbuckets: []\n',
+      'r.yaml:7:33: server.upgradeProtocols[1]: "H2C" cannot be tunnelled: an upgraded connection would carry HTTP requests the buckets never decide',
+    ],
+    [
+      'server:\n  upgradeProtocols: ["HTTP/2.0"]\nbuckets: []\n',
+      'r.yaml:7:22: server.upgradeProtocols[0]: "HTTP/2.0" cannot be tunnelled: an upgraded connection would carry HTTP requests the buckets never decide',
+    ],
+    [
+      'server:\n  upgradeProtocols: ["web socket"]\nbuckets: []\n',
+      'r.yaml:7:22: server.upgradeProtocols[0]: must be a protocol as the Upgrade header names it: a token, or token/version, got "web socket"',
+    ],
+    [
+      'server:\n  bufferBodyBytes: -1\nbuckets: []\n',
+      'r.yaml:7:20: server.bufferBodyBytes: must be >= 0, got -1',
+    ],
+    [
+      'server:\n  maxUploadsPerClient: 1.5\nbuckets: []\n',
+      'r.yaml:7:24: server.maxUploadsPerClient: expected int, got 1.5',
+    ],
+    [
+      'server:\n  bodyMinRateGraceMs: 0\nbuckets: []\n',
+      'r.yaml:7:23: server.bodyMinRateGraceMs: must be >= 1, got 0',
     ],
     [
       'server:\n  bodyMinBytesPerSec: 0.5\nbuckets: []\n',
@@ -517,10 +537,25 @@ describe('rules file', () => {
     assert.equal(rules.server.upgradeIdleTimeoutMs, 60_000);
     assert.equal(rules.server.bodyTimeoutMs, 60_000);
     assert.equal(rules.server.bodyMinBytesPerSec, 500);
-    // No pause bound, no grace: no rate bound either, as before the rate existed.
+    // No pause bound: no rate bound either unless set, as before the rate existed.
     assert.equal(
       parseProxyRules(`${head}server:\n  bodyTimeoutMs: 0\nbuckets: []\n`).server.bodyMinBytesPerSec,
       0,
+    );
+    // The rate's grace is its own (bodyMinRateGraceMs), so it stands without a pause bound.
+    assert.equal(
+      parseProxyRules(`${head}server:\n  bodyTimeoutMs: 0\n  bodyMinBytesPerSec: 100\nbuckets: []\n`).server
+        .bodyMinBytesPerSec,
+      100,
+    );
+    assert.equal(rules.server.bodyMinRateGraceMs, 1_000);
+    assert.equal(rules.server.bufferBodyBytes, 65_536);
+    assert.equal(rules.server.maxUploadsPerClient, 16);
+    assert.deepEqual(rules.server.upgradeProtocols, ['websocket']);
+    assert.deepEqual(
+      parseProxyRules(`${head}server:\n  upgradeProtocols: [WebSocket, SPDY/3.1]\nbuckets: []\n`).server
+        .upgradeProtocols,
+      ['websocket', 'spdy/3.1'],
     );
     assert.equal(rules.clientAddress.ipv6PrefixLength, 64);
     assert.equal(rules.buckets[0]!.config.mode, 'enforce');

@@ -321,7 +321,8 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
     const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 300\n'), (req) => {
       upstreamLength = bodyLength(req);
     });
-    const { req, response } = upload(`${proxy.base}/upload`, 1000);
+    // Declared past server.bufferBodyBytes: streamed, so the upstream has the request.
+    const { req, response } = upload(`${proxy.base}/upload`, 1024 * 1024);
     req.write('0123456789');
     const result = await response;
     assert.equal(result.status, 408);
@@ -337,13 +338,14 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
 
   it('answers 408 to a body trickled a byte at a time, each pause under server.bodyTimeoutMs, once it falls behind the minimum rate', async () => {
     let upstreamLength: Promise<number> | undefined;
-    // The default minimum rate (500 bytes/s) with a 1 s grace: each byte earns 2 ms.
+    // The default minimum rate (500 bytes/s) with its 1 s grace: each byte earns 2 ms.
     const { proxy } = await fixtures.start(rules('server:\n  bodyTimeoutMs: 1000\n'), (req, res) => {
       upstreamLength = bodyLength(req);
       void upstreamLength.then((length) => res.end(`got ${length}`));
     });
     const totalBytes = 40;
-    const { req, response } = upload(`${proxy.base}/upload`, totalBytes);
+    // Declared past server.bufferBodyBytes: streamed, so the upstream has the request.
+    const { req, response } = upload(`${proxy.base}/upload`, 1024 * 1024);
     req.on('error', () => {});
     let answered = false;
     void response.then(() => {
@@ -398,7 +400,8 @@ describe('spillway proxy: timeouts', { timeout: 30_000 }, () => {
       res.writeHead(200, { 'content-type': 'application/octet-stream' });
       req.pipe(res);
     });
-    const { req, response } = upload(`${proxy.base}/echo`, 1000);
+    // Declared past server.bufferBodyBytes: streamed, so the upstream answers as it comes.
+    const { req, response } = upload(`${proxy.base}/echo`, 1024 * 1024);
     req.on('error', () => {});
     req.write('0123456789');
     const result = await response;

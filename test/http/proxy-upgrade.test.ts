@@ -401,4 +401,29 @@ describe('spillway proxy: upgraded connections', { timeout: 30_000 }, () => {
     await ended(client);
     await until('the tunnel is closed', () => proxy.proxy.inFlight === 0);
   });
+
+  it('an upstream 101 to a protocol the client did not ask for is no tunnel: 502, both sockets closed', async () => {
+    const upstream = await startUpstream();
+    const held: Socket[] = [];
+    upstream.server.on('upgrade', (_req, socket: Socket) => {
+      held.push(socket);
+      socket.on('error', () => {});
+      // Asked for websocket, switches to HTTP/2: every request on it would pass undecided.
+      socket.write('HTTP/1.1 101 Switching Protocols\r\nUpgrade: h2c\r\nConnection: Upgrade\r\n\r\n');
+    });
+    const { proxy } = await fixtures.start(rules(), upstream);
+    fixtures.track(async () => {
+      for (const socket of held) socket.destroy();
+    });
+    const refused = await openUpgrade(`${proxy.base}/socket`);
+    assert.equal(refused.status, 502);
+    assert.deepEqual(JSON.parse(refused.body!), {
+      error: 'upstream_error',
+      message: 'upstream switched to a protocol the client did not ask for (h2c)',
+    });
+    await until('the upstream side is closed', () => held[0]!.destroyed || held[0]!.readableEnded);
+    await until('the upgrade is released', () => proxy.proxy.inFlight === 0);
+    assert.equal(await outcome(proxy, 'upstream_error'), 1);
+    assert.equal(await outcome(proxy, 'forwarded'), 0);
+  });
 });

@@ -9,7 +9,7 @@ import type { ProxyContext } from './proxy-context.js';
 import type { ProxyOutcome } from './proxy-metrics.js';
 import { hasBody, NO_HEADERS, repeatedHeaderBody, sendJson } from './proxy-responses.js';
 import { addRateLimitFields } from './rate-limit-merge.js';
-import { type BodyOwner, RequestBody } from './request-body.js';
+import { type BodyOwner, RequestBody, readsAhead } from './request-body.js';
 import type { ProxyVerdict } from './request-decision.js';
 import {
   CLIENT_GONE,
@@ -26,12 +26,16 @@ import type { ConnectionWaiter } from './upstream-queue.js';
  * mark, resumed on `drain`), and the outcome is counted once. No response stream, promise or
  * AbortController per request: the client leaving (`closed`) aborts through the controller.
  *
+ * A request body up to `server.bufferBodyBytes` is read whole before the request takes a
+ * connection, so a client slow to send it holds none; a larger one streams (its client holding at
+ * most `server.maxUploadsPerClient` of them, `ClientUploads`). Either way its pace is the
+ * client's, bounded by `RequestBody`.
+ *
  * Waiting for the upstream is bounded by one deadline, `upstream.headersTimeoutMs`, from the
- * forward: time waiting for a connection (in the upstream queue) counts (undici's own headers
- * timeout starts only once the request is on a connection, so a saturated pool would hold
- * requests for ever). It is suspended while the request body is sent, whose pace is the
- * client's (bounded by `server.bodyTimeoutMs` per pause, see `RequestBody`), and resumes with
- * what is left of it once the body is sent. One timer per forwarded request, set and cleared.
+ * forward (after any read-ahead): time waiting for a connection (in the upstream queue) counts
+ * (undici's own headers timeout starts only once the request is on a connection, so a saturated
+ * pool would hold requests for ever). It is suspended while a streamed body is sent, and resumes
+ * with what is left of it once the body is sent. One timer per forwarded request, set and cleared.
  */
 export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, ConnectionWaiter {
   /** The origin-form target to forward, set once the request is found sound. */
@@ -68,7 +72,12 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
   #headersTimeoutMs = 0;
   /** The headers deadline, while it runs. */
   #deadline: NodeJS.Timeout | undefined = undefined;
+  /** A body streamed to the upstream as it comes (read ahead first, when it may be small). */
   #body: RequestBody | null = null;
+  /** A body read whole before the request took a connection (`server.bufferBodyBytes`). */
+  #bufferedBody: Buffer | null = null;
+  /** Gives back the client's upload slot (`ClientUploads`); a no-op once given back. */
+  #releaseUpload: () => void = noop;
 
   constructor(context: ProxyContext, req: IncomingMessage, res: ServerResponse, expectContinue: boolean) {
     this.#context = context;
@@ -76,6 +85,17 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
     this.res = res;
     this.rules = context.rules;
     this.#expectContinue = expectContinue;
+  }
+
+  /**
+   * Takes one of its client's upload slots when it has a body to come; false when the client
+   * already has `server.maxUploadsPerClient` in progress (the request is then refused).
+   */
+  claimUpload(): boolean {
+    const release = this.#context.uploads.claim(this.req, this.rules);
+    if (release === undefined) return false;
+    this.#releaseUpload = release;
+    return true;
   }
 
   /** The verdict is in: answer 429, or forward; nothing when the client left while it was pending. */
@@ -107,25 +127,51 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
 
   #forward(limitHeaders: Record<string, string>): void {
     const { req, rules } = this;
-    const upstream = this.#context.upstream;
-    const config = upstream.config;
-    const headers = forwardedRequestHeaders(req, rules, config.preserveHost);
-    this.#body = hasBody(req)
-      ? new RequestBody(
-          req,
-          this,
-          rules.rules.server.bodyTimeoutMs,
-          config.sendTimeoutMs,
-          rules.rules.server.bodyMinBytesPerSec,
-        )
-      : null;
+    const config = this.#context.upstream.config;
+    const server = rules.rules.server;
+    this.#headers = forwardedRequestHeaders(req, rules, config.preserveHost);
     this.#limitHeaders = limitHeaders;
     this.#forwarded = true;
+    if (!hasBody(req)) {
+      this.#toUpstream();
+      return;
+    }
+    const body = new RequestBody(req, this, {
+      idleTimeoutMs: server.bodyTimeoutMs,
+      sendTimeoutMs: config.sendTimeoutMs,
+      minBytesPerSec: server.bodyMinBytesPerSec,
+      minRateGraceMs: server.bodyMinRateGraceMs,
+    });
+    this.#body = body;
+    if (!readsAhead(req, server.bufferBodyBytes)) {
+      this.#toUpstream();
+      return;
+    }
+    // A client that goes away rejects it: `closed` counts that.
+    body.readAhead(server.bufferBodyBytes).then((whole) => this.#readAhead(whole), noop);
+  }
+
+  /**
+   * Read ahead before taking a connection: the whole body (sent as one buffer), or its first
+   * `server.bufferBodyBytes` and more to come (streamed). Nothing when answered meanwhile.
+   */
+  #readAhead(whole: Buffer | undefined): void {
+    if (this.#outcome !== undefined || this.#clientGone) return;
+    if (whole !== undefined) {
+      this.#body = null;
+      this.#bufferedBody = whole;
+    }
+    this.#toUpstream();
+  }
+
+  /** To the pool, or its queue: the headers deadline starts now. */
+  #toUpstream(): void {
+    const upstream = this.#context.upstream;
+    const config = upstream.config;
     this.#forwardedMs = performance.now();
     this.#headersTimeoutMs = config.headersTimeoutMs;
     if (this.#headersTimeoutMs > 0)
       this.#deadline = setTimeout(headersDeadline, this.#headersTimeoutMs, this);
-    this.#headers = headers;
     if (upstream.queue.hasRoom()) this.#dispatch();
     else if (upstream.queue.isFull(config.maxQueued)) this.#refuseQueueFull();
     else upstream.queue.wait(this);
@@ -160,7 +206,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
           method: this.req.method as Dispatcher.HttpMethod,
           headers: this.#headers,
           // Dispatcher.md lists async iterables among request bodies; the type declarations do not.
-          body: this.#body as unknown as Dispatcher.DispatchOptions['body'],
+          body: this.#bufferedBody ?? (this.#body as unknown as Dispatcher.DispatchOptions['body']),
           headersTimeout: this.#headersTimeoutMs,
           bodyTimeout: upstream.config.bodyTimeoutMs,
         },
@@ -309,6 +355,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
   #settle(outcome: ProxyOutcome): void {
     if (this.#outcome !== undefined) return;
     this.#outcome = outcome;
+    this.#releaseUpload();
     this.#context.metrics.request(outcome);
     clearTimeout(this.#deadline);
     if (this.queued) this.#context.upstream.queue.abandon();
@@ -322,6 +369,7 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
   closed(): void {
     const connections = this.#context.connections;
     if (!connections.closed(this)) return;
+    this.#releaseUpload();
     if (this.#outcome !== undefined) return;
     if (this.res.writableFinished) {
       if (this.#forwarded) this.#settle('forwarded');
@@ -407,7 +455,8 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
     this.#releaseConnection();
     if (this.#outcome !== undefined) return;
     const res = this.res;
-    if (this.#clientGone || res.destroyed || this.req.destroyed) {
+    // A request read whole is destroyed once it ends (Node's autoDestroy): its client is still there.
+    if (this.#clientGone || res.destroyed || (this.req.destroyed && !this.req.complete)) {
       this.#settle(this.#context.connections.clientGoneOutcome(this.req));
       return;
     }
@@ -424,6 +473,8 @@ export class Exchange implements Dispatcher.DispatchHandler, BodyOwner, Connecti
     sendJson(res, failure.status, { error: failure.outcome, message: failure.message }, this.#limitHeaders);
   }
 }
+
+function noop(): void {}
 
 function headersDeadline(exchange: Exchange): void {
   exchange.headersTimedOut();

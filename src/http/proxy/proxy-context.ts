@@ -1,5 +1,6 @@
 import type { ActiveRules } from './active-rules.js';
 import type { ClientConnections } from './client-connections.js';
+import type { ClientUploads } from './client-uploads.js';
 import type { ProxyMetrics } from './proxy-metrics.js';
 import type { RequestDecider } from './request-decision.js';
 import type { ServerLifecycle } from './server-lifecycle.js';
@@ -22,6 +23,8 @@ export interface ProxyContext {
   readonly decider: RequestDecider;
   readonly upstream: UpstreamPool;
   readonly connections: ClientConnections;
+  /** Request bodies in progress per client (`server.maxUploadsPerClient`), across reloads. */
+  readonly uploads: ClientUploads;
   readonly upgrades: UpgradedConnections;
   readonly lifecycle: ServerLifecycle;
   /** Upstream failures, logged a streak at a time, for /healthz. */

@@ -30,7 +30,11 @@ export type ProxyOutcome =
   /** Answered by the proxy itself, never forwarded: `OPTIONS *` (200 with `Allow`). */
   | 'answered_locally'
   /** An upgrade arriving while the proxy drains: 503 from the proxy, never forwarded (a tunnel would outlive the drain). */
-  | 'draining';
+  | 'draining'
+  /** An upgrade to a protocol not in `server.upgradeProtocols` (h2c, …): 501 from the proxy, never forwarded. */
+  | 'upgrade_refused'
+  /** A request body from a client that already has `server.maxUploadsPerClient` in progress: 429 from the proxy, nothing read or decided. */
+  | 'too_many_uploads';
 
 export interface ProxyMetrics {
   request(outcome: ProxyOutcome): void;

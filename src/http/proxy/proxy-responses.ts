@@ -57,6 +57,19 @@ export function repeatedHeaderBody(name: string): { error: string; message: stri
   };
 }
 
+/** The 429 of a request whose client already has `max` request bodies in progress (`ClientUploads`). */
+export function tooManyUploadsBody(max: number): {
+  error: string;
+  message: string;
+  retryAfterSeconds: number;
+} {
+  return {
+    error: 'too_many_uploads',
+    message: `this client already has ${max} request bodies in progress, the most the proxy takes from one client at a time`,
+    retryAfterSeconds: 1,
+  };
+}
+
 /** The origin-form target to forward, or undefined for `*` and unparsable absolute forms. */
 export function requestTarget(req: IncomingMessage): string | undefined {
   const url = req.url;

@@ -3,6 +3,7 @@ import type { Duplex } from 'node:stream';
 import type { ProxyRules } from '../rules/proxy-rules.js';
 import { activateRules } from './active-rules.js';
 import { ClientConnections } from './client-connections.js';
+import { ClientUploads } from './client-uploads.js';
 import type { ProxyBackend } from './proxy-backend.js';
 import type { ProxyContext, ProxyLogger } from './proxy-context.js';
 import { noProxyMetrics, type ProxyMetrics } from './proxy-metrics.js';
@@ -65,7 +66,9 @@ export interface ProxyServer {
  *
  * - `request-decision.ts`: the buckets a request matches, decided and combined into a verdict.
  * - `serve-request.ts`, `exchange.ts`: a request from its arrival to its response, forwarded
- *   through `upstream-pool.ts` (the pool and its queue) with its body and response streamed.
+ *   through `upstream-pool.ts` (the pool and its queue) with its body (read ahead when small,
+ *   `request-body.ts`; at most `server.maxUploadsPerClient` per client, `client-uploads.ts`) and
+ *   its response streamed.
  * - `upgrade-tunnelling.ts`: upgrades (WebSocket) and the tunnels they become.
  * - `client-connections.ts`: per connection, the requests in the proxy's hands, and whose a
  *   client error is.
@@ -88,6 +91,7 @@ export async function startProxyServer(options: ProxyServerOptions): Promise<Pro
     decider: new RequestDecider(metrics, logger),
     upstream,
     connections,
+    uploads: new ClientUploads(),
     upgrades: new UpgradedConnections(),
     lifecycle: new ServerLifecycle(options.rules, listenAt, connections.clientErrorOptions()),
     upstreamHealth: new UpstreamHealth(logger),

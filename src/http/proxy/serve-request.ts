@@ -4,12 +4,20 @@ import { requestHeadFault } from '../../server/http-client-error.js';
 import { Exchange } from './exchange.js';
 import type { ProxyContext } from './proxy-context.js';
 import type { ProxyMetrics } from './proxy-metrics.js';
-import { FORWARDED_METHODS, hasBody, requestTarget, sendJson, sendRawJson } from './proxy-responses.js';
+import {
+  FORWARDED_METHODS,
+  hasBody,
+  requestTarget,
+  sendJson,
+  sendRawJson,
+  tooManyUploadsBody,
+} from './proxy-responses.js';
 
 /**
  * A request the server hands over (`expectContinue`: one that waits for `100 Continue`): refused
- * when its head is unsound, `OPTIONS *` answered here, anything else decided and then answered 429
- * or forwarded by its `Exchange`.
+ * when its head is unsound or its client has `server.maxUploadsPerClient` bodies in progress,
+ * `OPTIONS *` answered here, anything else decided and then answered 429 or forwarded by its
+ * `Exchange`.
  */
 export function serveRequest(
   context: ProxyContext,
@@ -55,6 +63,14 @@ export function serveRequest(
       return;
     }
     exchange.target = target;
+    // Before the decision: a refused upload spends nothing.
+    if (!exchange.claimUpload()) {
+      metrics.request('too_many_uploads');
+      refuseBody();
+      const max = exchange.rules.rules.server.maxUploadsPerClient;
+      sendJson(res, 429, tooManyUploadsBody(max), { 'retry-after': '1' });
+      return;
+    }
     const verdict = context.decider.decide(exchange.rules, req);
     if (verdict instanceof Promise) {
       verdict.then((decided) => exchange.followVerdict(decided)).catch((error) => exchange.failed(error));

@@ -11,6 +11,12 @@ import type { ProxyVerdict } from './request-decision.js';
 import { headerValue } from './request-facts.js';
 import { joinTunnel, type Tunnel } from './tunnel.js';
 import {
+  refusedUpgrade,
+  switchedAsRequested,
+  upgradeMembers,
+  upgradeRefusalBody,
+} from './upgrade-protocols.js';
+import {
   CLIENT_GONE,
   describeUpstreamFailure,
   ExchangeAbortError,
@@ -130,6 +136,8 @@ class UpgradeRequest {
   /** Bytes the client sent after its request, for the upstream. */
   readonly #head: Buffer;
   readonly #rules: ActiveRules;
+  /** The protocols its `Upgrade` field asks for, in lower case. */
+  readonly #requested: string[];
   /** Aborted when the client leaves before the tunnel is joined, or the deadline passes. */
   readonly #abort = new AbortController();
   #released = false;
@@ -163,6 +171,7 @@ class UpgradeRequest {
     socket.once('end', this.#clientLeft);
     socket.once('close', this.#clientLeft);
     this.#rules = context.rules;
+    this.#requested = upgradeMembers(headerValue(req, 'upgrade'));
   }
 
   async serve(): Promise<void> {
@@ -213,6 +222,14 @@ class UpgradeRequest {
     if (headFault !== undefined) {
       metrics.request('bad_request');
       sendRawJson(socket, headFault.status, {}, { error: 'bad_request', message: headFault.message });
+      return undefined;
+    }
+    // Before any bucket is decided: a refused upgrade spends nothing.
+    const tunnels = this.#rules.rules.server.upgradeProtocols;
+    const refused = refusedUpgrade(this.#requested, tunnels);
+    if (refused !== undefined) {
+      metrics.request('upgrade_refused');
+      sendRawJson(socket, 501, {}, upgradeRefusalBody(refused, tunnels));
       return undefined;
     }
     return target;
@@ -346,10 +363,24 @@ class UpgradeRequest {
       return;
     }
     this.#context.upstreamHealth.answered();
-    metrics.request('forwarded');
     // Another answer is on its way to the client (UpstreamUpgrade relays it, then closes).
-    if (answer.kind === 'answered') return;
+    if (answer.kind === 'answered') {
+      metrics.request('forwarded');
+      return;
+    }
     const upstreamSocket = answer.socket;
+    // A tunnel to a protocol the client did not ask for (and the proxy did not admit) is no tunnel
+    // the decision covered.
+    if (!switchedAsRequested(answer.headers.upgrade, this.#requested)) {
+      upstreamSocket.destroy();
+      metrics.request('upstream_error');
+      sendRawJson(socket, 502, limitHeaders, {
+        error: 'upstream_error',
+        message: `upstream switched to a protocol the client did not ask for (${String(answer.headers.upgrade ?? 'none named')})`,
+      });
+      return;
+    }
+    metrics.request('forwarded');
     // Header bytes as undici read them (latin1), not re-encoded as UTF-8.
     socket.write(switchingProtocolsHead(answer.headers, limitHeaders), 'latin1');
     if (this.#head.length > 0) upstreamSocket.write(this.#head);

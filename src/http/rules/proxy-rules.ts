@@ -11,6 +11,7 @@ import {
   type PathPrefix,
   type RoutePattern,
 } from './route-pattern.js';
+import { resolveServerConfig, type ServerConfig, serverSchema } from './server-rules.js';
 
 /**
  * The rules file of `spillway proxy`: where to forward, which limiter backend, and which buckets
@@ -44,49 +45,6 @@ const upstreamSchema = z.strictObject({
   bodyTimeoutMs: timeoutMs.default(300_000),
   /** Send the client's Host header upstream instead of the upstream's own. Default false. */
   preserveHost: z.boolean().default(false),
-});
-
-const serverSchema = z.strictObject({
-  /** Idle keep-alive connections from clients are closed after this long. */
-  keepAliveTimeoutMs: timeoutMs.default(5_000),
-  /** Bound on receiving a whole request (0: none, so long uploads stream). */
-  requestTimeoutMs: timeoutMs.default(0),
-  /** Bound on receiving request headers (slow-loris guard). */
-  headersTimeoutMs: timeoutMs.default(60_000),
-  /**
-   * A request body that sends no bytes for this long while the proxy waits for them: the upstream
-   * request is aborted, the client gets a 408 (or a cut response once one started). Pauses only
-   * count while the proxy is ready to read, never while the upstream is slow to take the body.
-   * 60 s, as nginx's client_body_timeout and `headersTimeoutMs` here: a live client does not stop
-   * mid-body for a minute, and a stalled one no longer holds a pooled upstream connection for
-   * ever. 0 disables.
-   */
-  bodyTimeoutMs: timeoutMs.default(60_000),
-  /**
-   * The slowest a request body may come on average, counted over the time the proxy waited for it
-   * (ready to read, as for `bodyTimeoutMs`), after a grace of `bodyTimeoutMs`: a body may take
-   * `bodyTimeoutMs` + its bytes / this of such waiting, then it gets a 408 (Apache's
-   * mod_reqtimeout `body=…,MinRate=500`). `bodyTimeoutMs` bounds pauses, not pace: without this a
-   * client sending a byte every few seconds holds its connection and a pooled upstream connection
-   * for ever. Absent: 500 bytes/s (4 kbit/s, slower than any live link), or 0 when
-   * `bodyTimeoutMs` is 0. 0 disables. Resolved in `parseProxyRules`.
-   */
-  bodyMinBytesPerSec: z.number().int().min(0).max(1_000_000_000).optional(),
-  /**
-   * A client that takes no response bytes for this long while the proxy has some for it: the
-   * response is cut and its upstream request aborted. 60 s, as nginx's send_timeout: without it a
-   * client that asks for large responses and never reads them holds a pooled upstream connection
-   * each, for ever (undici's body timeout does not run while the proxy has the upstream paused).
-   * 0 disables.
-   */
-  sendTimeoutMs: timeoutMs.default(60_000),
-  /**
-   * An upgraded connection (WebSocket) with no bytes either way for this long is closed, both
-   * sides: peers that vanished without a FIN would otherwise hold it for good. 60 s, as nginx's
-   * proxy_read_timeout and a cloud load balancer's idle timeout, which WebSocket applications
-   * already ping within. 0 disables.
-   */
-  upgradeIdleTimeoutMs: timeoutMs.default(60_000),
 });
 
 const clientAddressSchema = z.strictObject({
@@ -202,7 +160,7 @@ const bucketSchema = z.strictObject({
 const rulesSchema = z.strictObject({
   version: z.literal(1),
   upstream: upstreamSchema,
-  // `prefault`: an absent `server` is parsed as `{}`, so its defaults are written once, above.
+  // `prefault`: an absent `server` is parsed as `{}`, so its defaults are written once (server-rules.ts).
   server: serverSchema.prefault({}),
   clientAddress: clientAddressSchema.default({
     trustedProxies: [],
@@ -220,13 +178,7 @@ const rulesSchema = z.strictObject({
 });
 
 export type UpstreamConfig = z.output<typeof upstreamSchema>;
-export type ServerConfig = Omit<z.output<typeof serverSchema>, 'bodyMinBytesPerSec'> & {
-  /** Resolved: 0 when disabled. */
-  bodyMinBytesPerSec: number;
-};
-
-/** `server.bodyMinBytesPerSec` when the file does not set it (and `bodyTimeoutMs` is not 0). */
-export const DEFAULT_BODY_MIN_BYTES_PER_SEC = 500;
+export { DEFAULT_BODY_MIN_BYTES_PER_SEC, type ServerConfig } from './server-rules.js';
 export type BackendConfig = z.output<typeof backendSchema>;
 export type RoutingConfig = z.output<typeof routingSchema>;
 export type BucketConfig = z.output<typeof bucketSchema>;
@@ -288,20 +240,8 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
   if (url.username || url.password) {
     return { issue: { path: ['upstream', 'url'], message: 'must not carry credentials' } };
   }
-  const { bodyMinBytesPerSec, bodyTimeoutMs } = raw.server;
-  if (bodyMinBytesPerSec !== undefined && bodyMinBytesPerSec > 0 && bodyTimeoutMs === 0) {
-    return {
-      issue: {
-        path: ['server', 'bodyMinBytesPerSec'],
-        message:
-          'needs server.bodyTimeoutMs above 0: it is the grace a request body has before its rate is judged (set bodyTimeoutMs, or bodyMinBytesPerSec: 0)',
-      },
-    };
-  }
-  const server: ServerConfig = {
-    ...raw.server,
-    bodyMinBytesPerSec: bodyMinBytesPerSec ?? (bodyTimeoutMs > 0 ? DEFAULT_BODY_MIN_BYTES_PER_SEC : 0),
-  };
+  const server = resolveServerConfig(raw.server);
+  if ('issue' in server) return server;
   try {
     createClientAddressResolver(raw.clientAddress);
   } catch (error) {
@@ -398,7 +338,7 @@ function checkRules(raw: RawRules): { value: ProxyRules } | { issue: LocatedIssu
   return {
     value: {
       upstream: raw.upstream,
-      server,
+      server: server.value,
       clientAddress: raw.clientAddress,
       routing: raw.routing,
       backend: raw.backend,
