@@ -2,7 +2,6 @@ import { fromBinary, toBinary } from '@bufbuild/protobuf';
 import {
   type MethodDefinition,
   Server,
-  ServerCredentials,
   type ServerDuplexStream,
   type ServerErrorResponse,
   type ServerUnaryCall,
@@ -14,7 +13,11 @@ import {
   RateLimitRequestSchema,
   RateLimitResponseSchema,
 } from '../gen/envoy/service/ratelimit/v3/rls_pb.js';
-import { formatHostPort } from '../protocol/host-port.js';
+import {
+  type GrpcServerTlsOptions,
+  grpcServerCredentials,
+  listenGrpcServer,
+} from '../transport/grpc-server-listen.js';
 import type { RateLimitService } from './rate-limit-service.js';
 import { RequestRefusal } from './request-bounds.js';
 
@@ -38,8 +41,8 @@ export interface EnvoyGrpcServerOptions {
   /** Serves StreamRateLimitQuotas when given. */
   rlqs?: QuotaStreamHandler;
   maxMessageBytes?: number;
-  /** PEM certificate and key to serve TLS; plaintext when absent. */
-  tls?: { certPem: string | Buffer; keyPem: string | Buffer };
+  /** Serve TLS (mutual TLS with `requireClientCert` and `caPem`); plaintext when absent. */
+  tls?: GrpcServerTlsOptions;
   /** A call refused before the service saw it: undecodable bytes (the service counts its own refusals). */
   onMalformed?: () => void;
   /** Failures the caller should log (a handler that threw something other than a refusal). */
@@ -128,36 +131,12 @@ export async function startEnvoyGrpcServer(options: EnvoyGrpcServerOptions): Pro
       { StreamRateLimitQuotas: options.rlqs },
     );
   }
-  const credentials = options.tls
-    ? ServerCredentials.createSsl(null, [
-        { cert_chain: Buffer.from(options.tls.certPem), private_key: Buffer.from(options.tls.keyPem) },
-      ])
-    : ServerCredentials.createInsecure();
-  const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(formatHostPort(host, options.port ?? 0), credentials, (error, bound) =>
-      error ? reject(error) : resolve(bound),
-    );
+  return listenGrpcServer(server, {
+    host,
+    port: options.port ?? 0,
+    credentials: grpcServerCredentials(options.tls),
+    shutdownGraceMs: options.shutdownGraceMs ?? 2_000,
   });
-  const graceMs = options.shutdownGraceMs ?? 2_000;
-  let closing: Promise<void> | undefined;
-  return {
-    address: formatHostPort(host, port),
-    port,
-    close() {
-      closing ??= new Promise<void>((resolve) => {
-        const force = setTimeout(() => {
-          server.forceShutdown();
-          resolve();
-        }, graceMs);
-        force.unref();
-        server.tryShutdown(() => {
-          clearTimeout(force);
-          resolve();
-        });
-      });
-      return closing;
-    },
-  };
 }
 
 export function statusError(code: status, details: string): Partial<ServerErrorResponse> {

@@ -1,8 +1,6 @@
 import { timingSafeEqual } from 'node:crypto';
 import {
   Server,
-  type ServerCredentials,
-  ServerCredentials as ServerCredentialsFactory,
   type ServerErrorResponse,
   type ServerUnaryCall,
   type sendUnaryData,
@@ -11,22 +9,20 @@ import {
 import { ErrorCode, isSpillwayError, SpillwayError } from '../core/errors.js';
 import { assertKnownOptions, optionNames } from '../core/validate.js';
 import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
-import { formatHostPort } from '../protocol/host-port.js';
 import { RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
 import type { ControlServer, ReportContext, ReportHandler } from './control-transport.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, reportServerMethod } from './grpc-control-service.js';
+import {
+  type GrpcServerTlsOptions,
+  grpcServerCredentials,
+  listenGrpcServer,
+} from './grpc-server-listen.js';
 // The receiving side decodes with the hand-written codec: byte-identical to protobuf-es
 // (property-tested in test/transport/report-codec.test.ts) and faster, which is what lets one
 // aggregator core ingest its 10,000 reports of 50 buckets a second (bench/results/control.md).
 import { decodeReportRequest, encodeReportResponse, readReportAuthToken } from './report-codec.js';
 
-export interface GrpcServerTlsOptions {
-  certPem: string | Buffer;
-  keyPem: string | Buffer;
-  /** PEM roots for client certificates; with `requireClientCert` this is mutual TLS. */
-  caPem?: string | Buffer;
-  requireClientCert?: boolean;
-}
+export type { GrpcServerTlsOptions } from './grpc-server-listen.js';
 
 export interface GrpcControlServerOptions {
   /** Interface to bind, default 127.0.0.1 (loopback: exposing the control plane is a deliberate choice). */
@@ -115,7 +111,7 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
   const { handler, onError } = options;
   const maxBucketsPerReport = options.maxBucketsPerReport ?? RECEIVER_MAX_BUCKETS_PER_REPORT;
   const authenticate = createAuthenticator(options.authToken, options.zoneTokens);
-  const credentials = serverCredentials(options.tls);
+  const credentials = grpcServerCredentials(options.tls);
 
   const server = new Server({
     'grpc.max_receive_message_length': maxMessageBytes,
@@ -178,52 +174,7 @@ export async function startGrpcControlServer(options: GrpcControlServerOptions):
   };
   server.addService({ Report: reportServerMethod }, { Report: report });
 
-  const port = await new Promise<number>((resolve, reject) => {
-    server.bindAsync(formatHostPort(host, options.port ?? 0), credentials, (error, boundPort) => {
-      if (error) reject(error);
-      else resolve(boundPort);
-    });
-  });
-
-  let closing: Promise<void> | undefined;
-  return {
-    address: formatHostPort(host, port),
-    port,
-    close(): Promise<void> {
-      closing ??= new Promise<void>((resolve) => {
-        const force = setTimeout(() => {
-          server.forceShutdown();
-          resolve();
-        }, shutdownGraceMs);
-        force.unref();
-        server.tryShutdown(() => {
-          clearTimeout(force);
-          resolve();
-        });
-      });
-      return closing;
-    },
-  };
-}
-
-function serverCredentials(tls: GrpcServerTlsOptions | undefined): ServerCredentials {
-  if (!tls) return ServerCredentialsFactory.createInsecure();
-  if (tls.requireClientCert === true && tls.caPem === undefined) {
-    // grpc-js would verify client certificates against whatever roots the environment names
-    // (GRPC_DEFAULT_SSL_ROOTS_FILE_PATH, or Node's public CAs): any publicly signed one would pass.
-    throw new SpillwayError(
-      ErrorCode.InvalidOption,
-      'tls.requireClientCert needs tls.caPem, the CAs of client certificates',
-      {
-        field: 'tls.caPem',
-      },
-    );
-  }
-  return ServerCredentialsFactory.createSsl(
-    tls.caPem !== undefined ? Buffer.from(tls.caPem) : null,
-    [{ cert_chain: Buffer.from(tls.certPem), private_key: Buffer.from(tls.keyPem) }],
-    tls.requireClientCert ?? false,
-  );
+  return listenGrpcServer(server, { host, port: options.port ?? 0, credentials, shutdownGraceMs });
 }
 
 /**
