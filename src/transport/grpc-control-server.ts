@@ -12,11 +12,7 @@ import type { ReportRequest } from '../gen/spillway/v1/control_pb.js';
 import { RECEIVER_MAX_BUCKETS_PER_REPORT } from '../protocol/report-bounds.js';
 import type { ControlServer, ReportContext, ReportHandler } from './control-transport.js';
 import { DEFAULT_MAX_MESSAGE_BYTES, reportServerMethod } from './grpc-control-service.js';
-import {
-  type GrpcServerTlsOptions,
-  grpcServerCredentials,
-  listenGrpcServer,
-} from './grpc-server-listen.js';
+import { type GrpcServerTlsOptions, grpcServerCredentials, listenGrpcServer } from './grpc-server-listen.js';
 // The receiving side decodes with the hand-written codec: byte-identical to protobuf-es
 // (property-tested in test/transport/report-codec.test.ts) and faster, which is what lets one
 // aggregator core ingest its 10,000 reports of 50 buckets a second (bench/results/control.md).
