@@ -4,6 +4,7 @@ import type { BucketUsage, ReportRequest, Tier } from '../gen/spillway/v1/contro
 import { trustedHostCount } from '../protocol/trusted-host-count.js';
 import { type ReportLimits, validateReport } from '../protocol/validate-report.js';
 import type { ReportContext } from '../transport/control-transport.js';
+import { sliceToYield } from './fair-slots.js';
 import { RecentSequences } from './recent-sequences.js';
 import { ExpiredReporterArrivals, isLateReport, type ReportArrivals } from './report-arrivals.js';
 import { clipScale, perHostCapRps, type ReporterCap } from './reporter-cap.js';
@@ -303,15 +304,8 @@ export class ChildLedger<B, U extends TrackedUsage<B>> {
         { field: 'reporterId', maxChildrenPerSlice: perSlice },
       );
     }
-    let fullest: string | undefined;
-    let fullestSize = 0;
-    for (const [candidate, size] of this.#sliceSizes) {
-      if (size > fullestSize) {
-        fullest = candidate;
-        fullestSize = size;
-      }
-    }
-    if (fullest === undefined || fullestSize < held + 2) return this.#options.overCapacity();
+    const fullest = sliceToYield(this.#sliceSizes, held);
+    if (fullest === undefined) return this.#options.overCapacity();
     let victimKey: string | undefined;
     let victim: Child<U> | undefined;
     for (const [key, child] of this.#children) {

@@ -1,5 +1,6 @@
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { isIP } from 'node:net';
+import { sliceToYield } from '../control/fair-slots.js';
 
 export interface EventStreamOptions {
   /**
@@ -73,21 +74,13 @@ export function createEventStream(options: EventStreamOptions = {}): EventStream
   }
 
   /**
-   * Slots are shared max-min fairly between addresses: a few addresses that took every slot (one
-   * client holding several IPv4 addresses or /64s) give one up to a newcomer with fewer streams,
-   * oldest first, so they cannot keep everyone else from watching. The two-stream margin keeps two
-   * addresses from taking a slot back and forth.
+   * Slots are shared max-min fairly between addresses (`sliceToYield`): a few addresses that took
+   * every slot (one client holding several IPv4 addresses or /64s) give their oldest stream's up to
+   * a newcomer with fewer, so they cannot keep everyone else from watching.
    */
   function evictForNewcomer(newcomerStreams: number): boolean {
-    let busiestKey: string | undefined;
-    let busiest = 0;
-    for (const [candidate, count] of perAddress) {
-      if (count > busiest) {
-        busiest = count;
-        busiestKey = candidate;
-      }
-    }
-    if (busiestKey === undefined || busiest < newcomerStreams + 2) return false;
+    const busiestKey = sliceToYield(perAddress, newcomerStreams);
+    if (busiestKey === undefined) return false;
     for (const [oldest, oldestKey] of clients) {
       if (oldestKey !== busiestKey) continue;
       drop(oldest);
