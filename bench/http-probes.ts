@@ -52,6 +52,10 @@ export function proxyRules(upstream: string, backend: string[], buckets: string[
     'upstream:',
     `  url: http://${upstream}`,
     `  connections: ${UPSTREAM_SOCKETS}`,
+    // The load generator is one client address with many connections: the per-client bound on
+    // request bodies in progress (16 by default) would refuse its POST runs.
+    'server:',
+    '  maxUploadsPerClient: 0',
     'backend:',
     ...backend.map((line) => `  ${line}`),
     buckets.length === 0 ? 'buckets: []' : 'buckets:',
