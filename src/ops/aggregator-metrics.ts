@@ -14,13 +14,6 @@ type Exported = BusiestExported<AggregatorSnapshot>;
 
 const perBucket = bucketSeries((s: Exported) => s.buckets);
 
-/** What the summed-rate series say (zone). */
-const ZONE_RATE_HELP = {
-  offered: "Zone's offered rate: sum over counted hosts.",
-  admitted: "Zone's admitted rate: sum over counted hosts.",
-  wouldDrop: "Zone's shadow would-drop rate.",
-};
-
 /**
  * Exports a zone aggregator's view through `metrics`, read from `aggregator.snapshot()` at scrape
  * time: the zone's summed rates per bucket (what its next forward would send), the directive it
@@ -31,7 +24,7 @@ export function addAggregatorMetrics(
   aggregator: { snapshot(): AggregatorSnapshot },
   { maxBucketSeries = DEFAULT_MAX_BUCKET_SERIES }: { maxBucketSeries?: number } = {},
 ): void {
-  addReceivingTierMetrics(metrics, 'aggregator', aggregator, maxBucketSeries, ZONE_RATE_HELP, [
+  addReceivingTierMetrics(metrics, 'aggregator', aggregator, maxBucketSeries, [
     perBucket('spillway_aggregator_bucket_hosts', 'Counted hosts reporting the bucket.', (b) => b.hosts),
     perBucket(
       'spillway_aggregator_drop_ratio',
@@ -79,13 +72,8 @@ export function addAggregatorMetrics(
       type: 'gauge',
       samples: (s) => (s.lastForward ? [[{}, (s.nowMs - s.lastForward.atMs) / 1000]] : []),
     },
-    scalarSeries(
-      'spillway_aggregator_interval_seconds',
-      'Forward interval in use.',
-      'gauge',
-      (s) => s.intervalMs / 1000,
-    ),
     ...reportIntakeSeries<Exported>('aggregator', {
+      interval: 'Forward interval in use.',
       reports: 'Reports accepted from children (duplicates included).',
       duplicateReports: 'Reports already counted.',
       reporterCapClipped:

@@ -34,13 +34,6 @@ function perZone(
   };
 }
 
-/** What the summed-rate series say (fleet). */
-const FLEET_RATE_HELP = {
-  offered: 'Offered rate summed over fresh children at the last tick.',
-  admitted: 'Admitted rate summed over fresh children at the last tick.',
-  wouldDrop: 'Shadow would-drop rate summed over fresh children.',
-};
-
 /**
  * Exports a controller's view through `metrics`, read from `controller.snapshot()` at scrape time:
  * per bucket the fleet-wide rates it computed ratios from (as of its last tick), the ratio, the
@@ -51,7 +44,7 @@ export function addControllerMetrics(
   controller: { snapshot(): ControllerSnapshot },
   { maxBucketSeries = DEFAULT_MAX_BUCKET_SERIES }: { maxBucketSeries?: number } = {},
 ): void {
-  addReceivingTierMetrics(metrics, 'controller', controller, maxBucketSeries, FLEET_RATE_HELP, [
+  addReceivingTierMetrics(metrics, 'controller', controller, maxBucketSeries, [
     perBucket(
       'spillway_controller_drop_ratio',
       'Drop ratio sent in directives (zone scope: the highest zone ratio).',
@@ -117,13 +110,8 @@ export function addControllerMetrics(
       'gauge',
       (s) => s.version,
     ),
-    scalarSeries(
-      'spillway_controller_interval_seconds',
-      'Reporting and computing interval from the limits file.',
-      'gauge',
-      (s) => s.intervalMs / 1000,
-    ),
     ...reportIntakeSeries<Exported>('controller', {
+      interval: 'Reporting and computing interval from the limits file.',
       reports: 'Reports accepted (duplicates included).',
       duplicateReports: 'Reports already counted (same reporter and sequence).',
       reporterCapClipped:

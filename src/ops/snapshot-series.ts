@@ -119,21 +119,24 @@ export interface ReportIntakeCounters {
 
 /** How a tier words the intake series whose meaning differs between tiers. */
 export interface ReportIntakeHelp {
+  /** Of `spillway_<tier>_interval_seconds`, the interval in use. */
+  interval: string;
   reports: string;
   duplicateReports: string;
   reporterCapClipped: string;
 }
 
 /**
- * The report-intake series of a receiving tier, `spillway_<tier>_`: reports accepted, duplicates,
+ * The report-intake series of a receiving tier, `spillway_<tier>_`: the interval in use, reports accepted, duplicates,
  * late reports, rejected reports by error code, and usages the reporter cap clipped by the
  * child's tier (every tier listed, 0 included).
  */
-export function reportIntakeSeries<S extends { counters: ReportIntakeCounters }>(
+export function reportIntakeSeries<S extends { counters: ReportIntakeCounters; intervalMs: number }>(
   tier: ReceivingTier,
   help: ReportIntakeHelp,
 ): SnapshotMetricDefinition<S>[] {
   return [
+    scalarSeries(`spillway_${tier}_interval_seconds`, help.interval, 'gauge', (s) => s.intervalMs / 1000),
     scalarSeries(`spillway_${tier}_reports_total`, help.reports, 'counter', (s) => s.counters.reports),
     scalarSeries(
       `spillway_${tier}_duplicate_reports_total`,
@@ -165,9 +168,23 @@ export function reportIntakeSeries<S extends { counters: ReportIntakeCounters }>
   ];
 }
 
+/** What each tier's summed-rate series say: the zone's sums at an aggregator, the fleet's at a controller. */
+const SUMMED_RATE_HELP: Record<ReceivingTier, { offered: string; admitted: string; wouldDrop: string }> = {
+  aggregator: {
+    offered: "Zone's offered rate: sum over counted hosts.",
+    admitted: "Zone's admitted rate: sum over counted hosts.",
+    wouldDrop: "Zone's shadow would-drop rate.",
+  },
+  controller: {
+    offered: 'Offered rate summed over fresh children at the last tick.',
+    admitted: 'Admitted rate summed over fresh children at the last tick.',
+    wouldDrop: 'Shadow would-drop rate summed over fresh children.',
+  },
+};
+
 /**
  * A receiving tier's series, read from its snapshot at scrape time: first its busiest buckets'
- * summed rates (`summedRateSeries`, worded by `rateHelp`), then `series`, all over the snapshot cut
+ * summed rates (`summedRateSeries`, worded for the tier), then `series`, all over the snapshot cut
  * to `maxBucketSeries` buckets (`exportBusiest`).
  */
 export function addReceivingTierMetrics<S extends { buckets: readonly SummedRates[] }>(
@@ -175,11 +192,10 @@ export function addReceivingTierMetrics<S extends { buckets: readonly SummedRate
   tier: ReceivingTier,
   tierState: { snapshot(): S },
   maxBucketSeries: number,
-  rateHelp: { offered: string; admitted: string; wouldDrop: string },
   series: SnapshotMetricDefinition<BusiestExported<S>>[],
 ): void {
   metrics.addSnapshotMetrics(
     (): BusiestExported<S> => exportBusiest(tierState.snapshot(), maxBucketSeries),
-    [...summedRateSeries<BusiestExported<S>>(tier, rateHelp), ...series],
+    [...summedRateSeries<BusiestExported<S>>(tier, SUMMED_RATE_HELP[tier]), ...series],
   );
 }
